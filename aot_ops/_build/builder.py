@@ -1,0 +1,148 @@
+"""Compile sources into an aot shared library with ninja, check that it loads, and publish it atomically."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from . import toolchain
+
+log = logging.getLogger("aot_ops.build")
+
+# How many compiler diagnostics an exception shows; the whole log stays on disk.
+_SHOWN_ERRORS = 8
+
+
+class BuildError(RuntimeError):
+    """A compile, link or load-check failure. The message shows the first diagnostics; `log_path` has them all."""
+
+    def __init__(self, stage: str, summary: str, log_path: Path | None):
+        self.stage = stage
+        self.log_path = log_path
+        where = f"\nfull log: {log_path}" if log_path else ""
+        super().__init__(f"{stage} failed:\n{summary}{where}")
+
+
+@dataclass
+class LibrarySpec:
+    """What to build: one shared library from `sources`.
+
+    `use_torch=False` builds a library that neither includes nor links torch (a plain C/C++ kernel).
+    """
+
+    name: str
+    sources: Sequence[Path]
+    use_torch: bool = True
+    extra_cflags: Sequence[str] = ()
+    extra_ldflags: Sequence[str] = ()
+    extra_include_paths: Sequence[Path] = ()
+
+
+def _object_name(index: int, source: Path) -> str:
+    return f"obj/{index:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', source.stem)}.o"
+
+
+def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
+    """A build.ninja with one rule per ABI: the MindSpore-facing runtime TU is compiled with ABI 0, everything
+    that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers."""
+    from ninja.ninja_syntax import Writer  # the `ninja` PyPI package
+
+    include = [f"-I{p}" for p in spec.extra_include_paths]
+    user_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *include,
+                  *spec.extra_cflags]
+    runtime = toolchain.ms_ext_runtime_sources()
+    units = [(runtime["abi0"], "cxx", toolchain.abi0_cflags()), (runtime["plain"], "cxx", toolchain.plain_cflags())]
+    units += [(Path(s).resolve(), "cxx", user_flags) for s in spec.sources]
+
+    path = build_dir / "build.ninja"
+    with open(path, "w") as fh:
+        w = Writer(fh, width=120)
+        w.variable("cxx", shlex.quote(toolchain.cxx()))
+        w.rule("cxx", "$cxx -MMD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
+               description="compile $in")
+        w.rule("link", "$cxx $in -o $out $ldflags", description="link $out")
+        objects = []
+        for i, (source, rule, flags) in enumerate(units):
+            obj = _object_name(i, source)
+            w.build(obj, rule, str(source), variables={"cflags": " ".join(shlex.quote(f) for f in flags)})
+            objects.append(obj)
+        ldflags = toolchain.link_flags(spec.use_torch) + list(spec.extra_ldflags)
+        w.build(library.name, "link", objects, variables={"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
+        w.default(library.name)
+    return path
+
+
+def first_diagnostics(output: str, limit: int = _SHOWN_ERRORS) -> str:
+    """The compiler's first `file:line:col: error:` lines with the line after each (the source excerpt), or the
+    tail of the output when the failure is not a compiler diagnostic (a link error, a missing tool)."""
+    lines = output.splitlines()
+    picked: list[str] = []
+    for i, line in enumerate(lines):
+        if re.search(r"(error|fatal error):", line) or "undefined reference" in line:
+            picked.append(line)
+            if i + 1 < len(lines) and lines[i + 1].startswith(" "):
+                picked.append(lines[i + 1])
+            if len(picked) >= 2 * limit:
+                break
+    if not picked:
+        picked = [line for line in lines if line.strip()][-15:]
+    return "\n".join(picked)
+
+
+def run_ninja(build_dir: Path, verbose: bool = False) -> str:
+    cmd = [toolchain.ninja_binary(), "-C", str(build_dir)]
+    if verbose:
+        cmd.append("-v")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log_path = build_dir / "build.log"
+    log_path.write_text(proc.stdout)
+    if verbose:
+        sys.stderr.write(proc.stdout)
+    if proc.returncode != 0:
+        stage = "link" if "FAILED: " in proc.stdout and re.search(r"FAILED: \S+\.so", proc.stdout) else "compile"
+        raise BuildError(stage, first_diagnostics(proc.stdout), log_path)
+    return proc.stdout
+
+
+_LOAD_CHECK = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+
+
+def check_loads(library: Path, log_path: Path | None = None) -> None:
+    """dlopen the library with RTLD_NOW in a fresh interpreter that has not imported torch and has no
+    LD_LIBRARY_PATH: exactly the conditions under which MindSpore loads it."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(library)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        text = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if log_path is not None:
+            with open(log_path, "a") as fh:
+                fh.write(f"\nload check of {library} failed:\n{proc.stderr}")
+        raise BuildError("load check (dlopen with RTLD_NOW)", text, log_path)
+
+
+def build_library(spec: LibrarySpec, build_dir: Path, output: Path, verbose: bool = False) -> Path:
+    """Build `spec` in `build_dir` and publish it at `output`.
+
+    The library is linked under a temporary name, load-checked, then renamed into place, so a reader never sees
+    a half-written or unloadable `.so` (and a failed build leaves the previous one untouched).
+    """
+    build_dir = Path(build_dir)
+    output = Path(output)
+    (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    staged = build_dir / f"{spec.name}.so"
+    write_ninja_file(spec, build_dir, staged)
+    run_ninja(build_dir, verbose=verbose)
+    check_loads(staged, build_dir / "build.log")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(staged.read_bytes())
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, output)
+    log.info("built %s", output)
+    return output

@@ -1,0 +1,132 @@
+"""Where the compilers, headers and libraries are, and which flags an aot library needs.
+
+Everything that decides how a source is compiled lives here, so the bundled kernels (setup.py), the
+`python -m aot_ops build` command and `aot_ops.load` compile alike.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def ms_ext_dir() -> Path:
+    """The ms_ext tree (headers and C runtime sources).
+
+    In a source checkout or an editable install it is the top-level `ms_ext/`; an installed wheel carries a
+    copy inside the package (setup.py puts it there).
+    """
+    for candidate in (PACKAGE_DIR / "_ms_ext", PACKAGE_DIR.parent / "ms_ext"):
+        if (candidate / "include" / "ms_ext" / "ms_ext.h").is_file():
+            return candidate
+    raise FileNotFoundError(f"ms_ext headers not found next to {PACKAGE_DIR}")
+
+
+def ms_ext_include_dir() -> Path:
+    return ms_ext_dir() / "include"
+
+
+def ms_ext_runtime_sources() -> dict[str, Path]:
+    """The C runtime every aot library links, by role.
+
+    `abi0` is the one translation unit that talks to MindSpore's AotExtra and must be compiled with MindSpore's
+    C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); `plain` sources pass only C types and compile with either ABI.
+    """
+    src = ms_ext_dir() / "src"
+    return {"abi0": src / "aot_extra_abi0.cpp", "plain": src / "last_error.cpp"}
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    include_dirs: tuple[str, ...]
+    lib_dir: str
+    cxx11_abi: int
+    version: str
+
+
+@functools.lru_cache(maxsize=None)
+def torch_info() -> TorchInfo:
+    """Torch's headers, library folder and C++ ABI flag.
+
+    Torch-facing code must be compiled with torch's ABI flag (1 for the 2.13 wheels), never with MindSpore's (0):
+    a mismatch links lazily and then kills the process the first time a std::string crosses into libtorch.
+    """
+    import torch
+    from torch.utils import cpp_extension
+
+    return TorchInfo(
+        include_dirs=tuple(cpp_extension.include_paths()),
+        lib_dir=cpp_extension.library_paths()[0],
+        cxx11_abi=int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        version=torch.__version__,
+    )
+
+
+def cxx() -> str:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
+
+
+def ninja_binary() -> str:
+    """ninja from PATH, or the one the `ninja` wheel installed next to this interpreter (not on PATH when the
+    virtual environment is not activated)."""
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # the PyPI package
+
+        candidate = Path(ninja.BIN_DIR) / "ninja"
+        if candidate.is_file():
+            return str(candidate)
+    except ImportError:
+        pass
+    candidate = Path(sys.executable).parent / "ninja"
+    if candidate.is_file():
+        return str(candidate)
+    raise FileNotFoundError("ninja not found: install it with `pip install ninja`")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return "missing"
+    return out.splitlines()[0] if out else "unknown"
+
+
+COMMON_CFLAGS = ("-std=c++17", "-fPIC", "-O2", "-Wno-unused-parameter")
+
+
+def torch_cflags() -> list[str]:
+    info = torch_info()
+    flags = [*COMMON_CFLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={info.cxx11_abi}", f"-I{ms_ext_include_dir()}"]
+    for inc in info.include_dirs:
+        # -isystem: torch's own headers warn under -Wall; those warnings are not the user's.
+        flags.append(f"-isystem{inc}")
+    return flags
+
+
+def plain_cflags() -> list[str]:
+    """Flags for sources that do not use torch (ms_ext's C runtime, or a user's plain C++ kernel)."""
+    return [*COMMON_CFLAGS, f"-I{ms_ext_include_dir()}"]
+
+
+def abi0_cflags() -> list[str]:
+    return [*COMMON_CFLAGS, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{ms_ext_include_dir()}"]
+
+
+def link_flags(use_torch: bool) -> list[str]:
+    """`-z now` and `--no-undefined` turn a missing symbol into a link error instead of a crash mid-training; the
+    rpath lets MindSpore dlopen the library without `import torch` and without LD_LIBRARY_PATH."""
+    flags = ["-shared", "-Wl,-z,now", "-Wl,--no-undefined"]
+    if use_torch:
+        lib = torch_info().lib_dir
+        flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
+    return flags

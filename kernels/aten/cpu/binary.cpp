@@ -1,0 +1,54 @@
+// Broadcasting binary operators (Add, Mul) and their backwards on ATen (CPU).
+//
+// Outputs follow torch's broadcasting and type promotion: the Python side infers them with the same ATen
+// operator on the meta device, and Call::output re-checks them here before anything is written.
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/mul.h>
+
+#include <ms_ext/ms_ext.h>
+
+namespace {
+
+const ms_ext::DtypeSet kBinaryTypes =
+    ms_ext::floating_types() | ms_ext::integral_types() | ms_ext::complex_types() | ms_ext::bool_type();
+
+bool differentiable(const at::Tensor &t) { return at::isFloatingType(t.scalar_type()) || t.is_complex(); }
+
+// The gradient of an input that was broadcast is the incoming gradient summed back to the input's shape.
+// Integer and bool inputs are not differentiable: their gradient is zero, in their own dtype.
+void write_input_grad(ms_ext::Call &call, int i, const at::Tensor &input, const at::Tensor &grad) {
+  if (!differentiable(input)) {
+    call.output(i, ms_ext::meta(input)).zero_();
+    return;
+  }
+  call.set_output(i, at::sum_to(grad, input.sizes()).to(input.scalar_type()));
+}
+
+}  // namespace
+
+// out = a + b
+MS_EXT_KERNEL(Add, ms_ext::Signature().inputs(2).outputs(1).dtypes(kBinaryTypes)) {
+  const at::Tensor &a = call.input(0), &b = call.input(1);
+  at::add_out(call.output(0, at::add(ms_ext::meta(a), ms_ext::meta(b))), a, b);
+}
+
+// (da, db) = AddGrad(dout, a, b)
+MS_EXT_KERNEL(AddGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kBinaryTypes)) {
+  const at::Tensor &dout = call.input(0), &a = call.input(1), &b = call.input(2);
+  write_input_grad(call, 0, a, dout);
+  write_input_grad(call, 1, b, dout);
+}
+
+// out = a * b
+MS_EXT_KERNEL(Mul, ms_ext::Signature().inputs(2).outputs(1).dtypes(kBinaryTypes)) {
+  const at::Tensor &a = call.input(0), &b = call.input(1);
+  at::mul_out(call.output(0, at::mul(ms_ext::meta(a), ms_ext::meta(b))), a, b);
+}
+
+// (da, db) = MulGrad(dout, a, b): da = sum_to(dout * conj(b), a.shape), db likewise.
+MS_EXT_KERNEL(MulGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kBinaryTypes)) {
+  const at::Tensor &dout = call.input(0), &a = call.input(1), &b = call.input(2);
+  write_input_grad(call, 0, a, differentiable(a) ? at::mul(dout, b.conj()) : at::Tensor());
+  write_input_grad(call, 1, b, differentiable(b) ? at::mul(dout, a.conj()) : at::Tensor());
+}

@@ -1,0 +1,99 @@
+/*
+ * ms_ext C runtime: the part of ms_ext that is plain C.
+ *
+ * Every library built with ms_ext links these functions (ms_ext/src/*.cpp). They exist as a C interface for
+ * two reasons:
+ *   - Python reads the last error through ctypes, because MindSpore drops the text of some failures
+ *     (an Init hook that throws gives an empty RuntimeError; a GPU launch that throws is only logged).
+ *   - MindSpore's AotExtra is a C++ class built with the old libstdc++ ABI (_GLIBCXX_USE_CXX11_ABI=0) while
+ *     torch is built with the new one. Only one translation unit (aot_extra_abi0.cpp) touches AotExtra; the rest
+ *     of a library reaches it through the functions below, which pass no std::string across.
+ *
+ * Kernels that do not use torch can use this header alone.
+ */
+#ifndef MS_EXT_C_API_H_
+#define MS_EXT_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MS_EXT_EXPORT __attribute__((visibility("default")))
+
+/* ---- last error ------------------------------------------------------------------------------------------ */
+
+/* Text of the last failure recorded on the calling thread ("" when none). Valid until the next failure. */
+MS_EXT_EXPORT const char *ms_ext_last_error(void);
+/* Text of the most recent failure on any thread of the process ("" when none). */
+MS_EXT_EXPORT const char *ms_ext_last_error_any_thread(void);
+/* Forget the calling thread's last error. */
+MS_EXT_EXPORT void ms_ext_clear_last_error(void);
+/* Record a failure for the calling thread (and as the process-wide latest). */
+MS_EXT_EXPORT void ms_ext_set_last_error(const char *message);
+
+/* ---- MindSpore's AotExtra, reached without std::string ------------------------------------------------------ */
+
+/* Opaque handle: the `extra` pointer MindSpore passes to Init and launch (a mindspore::AotExtra*). */
+typedef struct ms_ext_extra ms_ext_extra;
+
+/* The eight attribute kinds MindSpore can deliver. */
+typedef enum {
+  MS_EXT_ATTR_BOOL = 0,
+  MS_EXT_ATTR_INT = 1,         /* int64 */
+  MS_EXT_ATTR_FLOAT = 2,       /* float32 */
+  MS_EXT_ATTR_STR = 3,
+  MS_EXT_ATTR_INT_LIST = 4,    /* list of int64 */
+  MS_EXT_ATTR_FLOAT_LIST = 5,  /* list of float32 */
+  MS_EXT_ATTR_INT_2D = 6,      /* list of lists of int64 */
+  MS_EXT_ATTR_FLOAT_2D = 7     /* list of lists of float32 */
+} ms_ext_attr_kind;
+
+/* Name of a kind as users write it ("int", "float list", ...). */
+MS_EXT_EXPORT const char *ms_ext_attr_kind_name(ms_ext_attr_kind kind);
+
+/*
+ * A decoded attribute value, owned by the caller: release it with ms_ext_attr_value_free.
+ * Scalars use the matching scalar field. Lists are flattened into `ints`/`floats` with `count` elements;
+ * 2-D lists also fill `row_lengths` (`rows` entries). Strings use `str` (NUL-terminated, `count` bytes).
+ */
+typedef struct {
+  ms_ext_attr_kind kind;
+  int64_t int_value;
+  double float_value;
+  int bool_value;
+  char *str;
+  int64_t *ints;
+  float *floats;
+  size_t count;
+  size_t *row_lengths;
+  size_t rows;
+} ms_ext_attr_value;
+
+/* 1 if the primitive carries attribute `name`, 0 if not, -1 on failure (text in ms_ext_last_error). */
+MS_EXT_EXPORT int ms_ext_extra_has_attr(ms_ext_extra *extra, const char *name);
+/* Reads attribute `name` as `kind` into *out. 0 on success, -1 on failure (text in ms_ext_last_error). */
+MS_EXT_EXPORT int ms_ext_extra_get_attr(ms_ext_extra *extra, const char *name, ms_ext_attr_kind kind,
+                                        ms_ext_attr_value *out);
+MS_EXT_EXPORT void ms_ext_attr_value_free(ms_ext_attr_value *value);
+
+/* Asks MindSpore for `count` scratch buffers of the given byte sizes (only meaningful inside an Init hook). */
+MS_EXT_EXPORT int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t count);
+/* Number of workspace buffers requested so far, -1 on failure. */
+MS_EXT_EXPORT int64_t ms_ext_extra_workspace_count(ms_ext_extra *extra);
+
+/*
+ * Per-kernel state. MindSpore keeps one pointer per kernel instance and deletes it (through a virtual
+ * destructor) when the kernel is destroyed. `state` must be an object whose class derives from
+ * ms_ext_kernel_data_base (see ms_ext/state.h), created with `new`.
+ */
+MS_EXT_EXPORT int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state);
+MS_EXT_EXPORT void *ms_ext_extra_kernel_data(ms_ext_extra *extra);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MS_EXT_C_API_H_ */

@@ -1,0 +1,150 @@
+// ms_ext::Call: one launch of an entry point, with MindSpore's raw arguments decoded into at::Tensor views.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ms_ext/c_api.h>
+#include <ms_ext/detail/dtype.h>
+#include <ms_ext/detail/raw_args.h>
+#include <ms_ext/signature.h>
+
+namespace ms_ext {
+
+// "[2, 3]" for error messages.
+inline std::string shape_string(at::IntArrayRef sizes) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << sizes[i];
+  os << ']';
+  return os.str();
+}
+
+// A meta tensor with the shape and dtype of `t`: run an ATen operator on meta tensors to learn the shape and dtype
+// it produces without computing anything (torch's own shape and type-promotion rules, its own error messages).
+inline at::Tensor meta(const at::Tensor &t) { return at::empty(t.sizes(), t.options().device(at::kMeta)); }
+
+class Call {
+ public:
+  Call(const char *name, const Signature &signature, const detail::RawArgs &raw)
+      : name_(name), signature_(signature), raw_(raw) {
+    const int n_in = signature.num_inputs(), n_out = signature.num_outputs(), n_ws = signature.num_workspaces();
+    if (raw.nparam != n_in + n_out + n_ws) {
+      std::ostringstream os;
+      os << "expected " << n_in << " input(s) and " << n_out << " output(s)";
+      if (n_ws) os << " and " << n_ws << " workspace(s)";
+      os << " (" << n_in + n_out + n_ws << " parameters), but MindSpore passed " << raw.nparam
+         << " parameters; check the number of arguments and out_shape/out_dtype of the Custom operator";
+      throw std::invalid_argument(os.str());
+    }
+    if (raw.params == nullptr || raw.ndims == nullptr || raw.dtypes == nullptr)
+      throw std::invalid_argument("MindSpore passed NULL params/ndims/dtypes");
+    tensors_.reserve(n_in + n_out);
+    for (int i = 0; i < n_in + n_out; ++i) tensors_.push_back(view(i));
+    for (int i = 0; i < n_in; ++i) {
+      const at::ScalarType t = tensors_[i].scalar_type();
+      if (!signature.input_dtypes().empty() && !signature.input_dtypes().contains(t)) {
+        throw std::invalid_argument("input " + std::to_string(i) + " has dtype " + ms_dtype_name(t) +
+                                    ", which this operator does not support (supported: " +
+                                    signature.input_dtypes().to_string() + ")");
+      }
+    }
+  }
+
+  const char *name() const { return name_; }
+  int num_inputs() const { return signature_.num_inputs(); }
+  int num_outputs() const { return signature_.num_outputs(); }
+
+  // Input i as a tensor that aliases MindSpore's buffer (no copy). Writing to it changes the caller's tensor.
+  const at::Tensor &input(int i) const { return tensors_.at(check_index(i, num_inputs(), "input")); }
+
+  // Output buffer i, after checking that it has exactly the shape and dtype of `expected` (a tensor, usually a
+  // meta tensor, describing what the ATen operator produces). Use it with ATen's *_out overloads, which write
+  // straight into MindSpore's buffer. The check is what keeps an _out call from resizing the view and leaving
+  // MindSpore with a buffer of the wrong shape and garbage.
+  at::Tensor &output(int i, const at::Tensor &expected) {
+    at::Tensor &out = output_unchecked(i);
+    check_output(i, out, expected.sizes(), expected.scalar_type());
+    return out;
+  }
+
+  // Checks `result` against output i, then copies it into MindSpore's buffer: for operators without an _out
+  // overload. Nothing is written when the check fails.
+  void set_output(int i, const at::Tensor &result) {
+    at::Tensor &out = output_unchecked(i);
+    check_output(i, out, result.sizes(), result.scalar_type());
+    out.copy_(result);
+  }
+
+  // Output buffer i without any check, for kernels that validate shapes themselves.
+  at::Tensor &output_unchecked(int i) {
+    return tensors_.at(signature_.num_inputs() + check_index(i, num_outputs(), "output"));
+  }
+
+  // Workspace buffer i (raw bytes; MindSpore sends no shape or dtype for workspaces).
+  void *workspace(int i) const {
+    const int w = check_index(i, signature_.num_workspaces(), "workspace");
+    return raw_.params[num_inputs() + num_outputs() + w];
+  }
+
+  void *stream() const { return raw_.stream; }
+  ms_ext_extra *extra() const { return static_cast<ms_ext_extra *>(raw_.extra); }
+
+ private:
+  int check_index(int i, int count, const char *what) const {
+    if (i < 0 || i >= count)
+      throw std::out_of_range(std::string(what) + " index " + std::to_string(i) + " out of range (" +
+                              std::to_string(count) + " " + what + "s)");
+    return i;
+  }
+
+  std::string describe(int i) const {
+    return i < num_inputs() ? "input " + std::to_string(i) : "output " + std::to_string(i - num_inputs());
+  }
+
+  at::Tensor view(int i) const {
+    const int nd = raw_.ndims[i];
+    if (nd < 0) throw std::invalid_argument(describe(i) + " has a negative rank " + std::to_string(nd));
+    if (nd > 0 && raw_.shapes[i] == nullptr)
+      throw std::invalid_argument(describe(i) + " has rank " + std::to_string(nd) + " but no shape");
+    std::vector<int64_t> sizes(raw_.shapes && nd > 0 ? raw_.shapes[i] : nullptr,
+                               raw_.shapes && nd > 0 ? raw_.shapes[i] + nd : nullptr);
+    for (int64_t s : sizes) {
+      if (s < 0)
+        throw std::invalid_argument(describe(i) + " has an unresolved dimension in shape " + shape_string(sizes));
+    }
+    const char *dtype = raw_.dtypes[i];
+    if (dtype != nullptr && std::strcmp(dtype, "none") == 0)
+      throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
+    const at::ScalarType type = scalar_type_from_ms(dtype);
+    const at::TensorOptions options = at::TensorOptions().dtype(type).device(at::kCPU);
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    void *data = raw_.params[i];
+    if (numel == 0) return at::empty(sizes, options);  // empty tensors may come without a buffer
+    if (data == nullptr) throw std::invalid_argument(describe(i) + " has no data (NULL buffer)");
+    return at::from_blob(data, sizes, options);
+  }
+
+  void check_output(int i, const at::Tensor &out, at::IntArrayRef sizes, at::ScalarType type) const {
+    if (out.sizes() != sizes || out.scalar_type() != type) {
+      throw std::invalid_argument("output " + std::to_string(i) + " has shape " + shape_string(out.sizes()) +
+                                  " and dtype " + ms_dtype_name(out.scalar_type()) +
+                                  ", but the operator produces shape " + shape_string(sizes) + " and dtype " +
+                                  ms_dtype_name(type) + "; check out_shape/out_dtype of the Custom operator");
+    }
+  }
+
+  const char *name_;
+  const Signature &signature_;
+  detail::RawArgs raw_;
+  std::vector<at::Tensor> tensors_;
+};
+
+}  // namespace ms_ext

@@ -1,0 +1,46 @@
+// The exception boundary between a kernel body and MindSpore.
+//
+// MindSpore catches std::exception around a launch and shows its what(); anything else escaping the extern "C"
+// function aborts the process, and a c10::Error's what() carries a full C++ backtrace. So every failure is caught
+// here and re-thrown as a std::runtime_error "<Operator>: <cause>". The same text is recorded as the thread's last
+// error (ms_ext_last_error) for the cases where MindSpore drops it (Init hooks, GPU launches).
+#pragma once
+
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include <ms_ext/c_api.h>
+
+namespace ms_ext {
+namespace detail {
+
+[[noreturn]] inline void raise(const char *op_name, const char *cause) {
+  std::string message = std::string(op_name) + ": " + cause;
+  ms_ext_set_last_error(message.c_str());
+  throw std::runtime_error(message);
+}
+
+// Runs `body` with every exception converted. Torch's grad mode is thread-local and MindSpore may launch on any of
+// its threads, so it is set explicitly for each call rather than inherited (kernels that need autograd enable it).
+template <typename Body>
+int guarded(const char *op_name, Body &&body) {
+  ms_ext_clear_last_error();
+  try {
+    at::NoGradGuard no_grad;
+    body();
+    return 0;
+  } catch (const c10::Error &e) {
+    raise(op_name, e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    raise(op_name, e.what());
+  } catch (...) {
+    raise(op_name, "a C++ exception that does not derive from std::exception was thrown");
+  }
+}
+
+}  // namespace detail
+}  // namespace ms_ext

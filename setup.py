@@ -1,0 +1,60 @@
+"""Builds the bundled kernel libraries into aot_ops/lib with the same builder users get.
+
+    pip install --no-build-isolation -e .
+
+--no-build-isolation matters: an isolated build environment would download the newest torch (with several GB of
+CUDA packages) instead of using the pinned torch 2.13 already installed.
+"""
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+
+
+class AotLibrary(Extension):
+    """A shared library of aot entry points (not a Python extension module)."""
+
+    def __init__(self, name: str, sources: list[Path]):
+        super().__init__(name, sources=[])
+        self.aot_sources = sources
+
+
+class BuildAotLibraries(build_ext):
+    def get_ext_filename(self, fullname: str) -> str:
+        # aot_ops.lib.libaot_ops_cpu -> aot_ops/lib/libaot_ops_cpu.so (no Python ABI suffix: MindSpore loads it).
+        return str(Path(*fullname.split("."))) + ".so"
+
+    def run(self):
+        if not self.inplace:
+            # An installed wheel carries ms_ext's headers and runtime, so `python -m aot_ops build` works there too.
+            target = Path(self.build_lib) / "aot_ops" / "_ms_ext"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(HERE / "ms_ext", target)
+        # Editable installs build in a temporary folder, then copy the library into the source tree's
+        # aot_ops/lib, which setuptools does not create.
+        (HERE / "aot_ops" / "lib").mkdir(exist_ok=True)
+        super().run()
+
+    def build_extension(self, ext: AotLibrary):
+        sys.path.insert(0, str(HERE))
+        from aot_ops._build import builder
+
+        output = Path(self.get_ext_fullpath(ext.name)).resolve()
+        # A persistent build folder keeps ninja's incremental state between installs.
+        build_dir = HERE / "build" / "aot_libraries" / output.stem
+        spec = builder.LibrarySpec(name=output.stem, sources=[HERE / s for s in ext.aot_sources])
+        builder.build_library(spec, build_dir, output, verbose=self.verbose > 1)
+
+
+def cpu_kernel_sources() -> list[Path]:
+    return sorted(p.relative_to(HERE) for p in (HERE / "kernels" / "aten" / "cpu").glob("*.cpp"))
+
+
+setup(
+    ext_modules=[AotLibrary("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources())],
+    cmdclass={"build_ext": BuildAotLibraries},
+)

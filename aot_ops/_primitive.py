@@ -9,8 +9,8 @@ import itertools
 from pathlib import Path
 from typing import Callable, Mapping
 
-import mindspore as ms
 from mindspore import ops
+from mindspore.common import dtype as mstype
 
 from . import _dtypes
 from ._meta import MetaInference
@@ -51,7 +51,9 @@ class AotOp(ops.Custom):
         shapes = [tuple(a["shape"]) for a in args]
         dtypes = [_dtypes.to_torch(a["dtype"]) for a in args]
         out_shapes, out_dtypes = self.infer(shapes, dtypes)
-        ms_dtypes = [_dtypes.to_ms(d) for d in out_dtypes]
+        # Tensor types, not element types: given a bare element type, GRAPH_MODE treats a 0-dim output as a
+        # Python scalar and the Cell returns a float instead of a Tensor.
+        ms_dtypes = [mstype.TensorType(_dtypes.to_ms(d)) for d in out_dtypes]
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}

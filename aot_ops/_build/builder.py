@@ -57,7 +57,8 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     user_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *include,
                   *spec.extra_cflags]
     runtime = toolchain.ms_ext_runtime_sources()
-    units = [(runtime["abi0"], "cxx", toolchain.abi0_cflags()), (runtime["plain"], "cxx", toolchain.plain_cflags())]
+    units = [(src, "cxx", toolchain.abi0_cflags()) for src in runtime["abi0"]]
+    units += [(src, "cxx", toolchain.plain_cflags()) for src in runtime["plain"]]
     units += [(Path(s).resolve(), "cxx", user_flags) for s in spec.sources]
 
     path = build_dir / "build.ninja"

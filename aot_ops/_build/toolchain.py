@@ -32,14 +32,14 @@ def ms_ext_include_dir() -> Path:
     return ms_ext_dir() / "include"
 
 
-def ms_ext_runtime_sources() -> dict[str, Path]:
+def ms_ext_runtime_sources() -> dict[str, list[Path]]:
     """The C runtime every aot library links, by role.
 
     `abi0` is the one translation unit that talks to MindSpore's AotExtra and must be compiled with MindSpore's
-    C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); `plain` sources pass only C types and compile with either ABI.
+    C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); the `plain` ones pass only C types and compile with either ABI.
     """
     src = ms_ext_dir() / "src"
-    return {"abi0": src / "aot_extra_abi0.cpp", "plain": src / "last_error.cpp"}
+    return {"abi0": [src / "aot_extra_abi0.cpp"], "plain": [src / "last_error.cpp", src / "guarded_call.cpp"]}
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@
 
 namespace {
 
-const ms_ext::DtypeSet kBinaryTypes =
+// ATen's CPU add has no kernel for uint16/32/64; mul has.
+const ms_ext::DtypeSet kAddTypes =
     ms_ext::floating_types() | ms_ext::integral_types() | ms_ext::complex_types() | ms_ext::bool_type();
+const ms_ext::DtypeSet kMulTypes = kAddTypes | ms_ext::barebones_unsigned_types();
 
 bool differentiable(const at::Tensor &t) { return at::isFloatingType(t.scalar_type()) || t.is_complex(); }
 
@@ -28,26 +30,26 @@ void write_input_grad(ms_ext::Call &call, int i, const at::Tensor &input, const 
 }  // namespace
 
 // out = a + b
-MS_EXT_KERNEL(Add, ms_ext::Signature().inputs(2).outputs(1).dtypes(kBinaryTypes)) {
+MS_EXT_KERNEL(Add, ms_ext::Signature().inputs(2).outputs(1).dtypes(kAddTypes)) {
   const at::Tensor &a = call.input(0), &b = call.input(1);
   at::add_out(call.output(0, at::add(ms_ext::meta(a), ms_ext::meta(b))), a, b);
 }
 
 // (da, db) = AddGrad(dout, a, b)
-MS_EXT_KERNEL(AddGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kBinaryTypes)) {
+MS_EXT_KERNEL(AddGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kAddTypes)) {
   const at::Tensor &dout = call.input(0), &a = call.input(1), &b = call.input(2);
   write_input_grad(call, 0, a, dout);
   write_input_grad(call, 1, b, dout);
 }
 
 // out = a * b
-MS_EXT_KERNEL(Mul, ms_ext::Signature().inputs(2).outputs(1).dtypes(kBinaryTypes)) {
+MS_EXT_KERNEL(Mul, ms_ext::Signature().inputs(2).outputs(1).dtypes(kMulTypes)) {
   const at::Tensor &a = call.input(0), &b = call.input(1);
   at::mul_out(call.output(0, at::mul(ms_ext::meta(a), ms_ext::meta(b))), a, b);
 }
 
 // (da, db) = MulGrad(dout, a, b): da = sum_to(dout * conj(b), a.shape), db likewise.
-MS_EXT_KERNEL(MulGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kBinaryTypes)) {
+MS_EXT_KERNEL(MulGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kMulTypes)) {
   const at::Tensor &dout = call.input(0), &a = call.input(1), &b = call.input(2);
   write_input_grad(call, 0, a, differentiable(a) ? at::mul(dout, b.conj()) : at::Tensor());
   write_input_grad(call, 1, b, differentiable(b) ? at::mul(dout, a.conj()) : at::Tensor());

@@ -8,8 +8,9 @@
 #include <ms_ext/ms_ext.h>
 
 namespace {
-const ms_ext::DtypeSet kRealTypes = ms_ext::floating_types() | ms_ext::integral_types() | ms_ext::bool_type();
-const ms_ext::DtypeSet kSumTypes = kRealTypes | ms_ext::complex_types();
+// The dtypes ATen's CPU kernels handle: max has no complex or wide-unsigned kernel, sum handles everything.
+const ms_ext::DtypeSet kMaxTypes = ms_ext::floating_types() | ms_ext::integral_types() | ms_ext::bool_type();
+const ms_ext::DtypeSet kSumTypes = kMaxTypes | ms_ext::complex_types() | ms_ext::barebones_unsigned_types();
 constexpr int64_t kMaxDim = -1;
 }  // namespace
 
@@ -32,7 +33,7 @@ MS_EXT_KERNEL(SumGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(kSumTypes
 }
 
 // (values, indices) = max(x, dim=-1)
-MS_EXT_KERNEL(MaxDim, ms_ext::Signature().inputs(1).outputs(2).dtypes(kRealTypes)) {
+MS_EXT_KERNEL(MaxDim, ms_ext::Signature().inputs(1).outputs(2).dtypes(kMaxTypes)) {
   const at::Tensor &x = call.input(0);
   auto expected = at::max(ms_ext::meta(x), kMaxDim);
   at::Tensor &values = call.output(0, std::get<0>(expected));
@@ -41,7 +42,7 @@ MS_EXT_KERNEL(MaxDim, ms_ext::Signature().inputs(1).outputs(2).dtypes(kRealTypes
 }
 
 // dx = MaxDimGrad(dvalues, x, indices): dvalues scattered to the selected positions, zero elsewhere.
-MS_EXT_KERNEL(MaxDimGrad, ms_ext::Signature().inputs(3).outputs(1).dtypes(kRealTypes)) {
+MS_EXT_KERNEL(MaxDimGrad, ms_ext::Signature().inputs(3).outputs(1).dtypes(kMaxTypes)) {
   const at::Tensor &dvalues = call.input(0), &x = call.input(1), &indices = call.input(2);
   if (indices.scalar_type() != at::kLong)
     throw std::invalid_argument(std::string("input 2 (indices) must be int64, got ") +

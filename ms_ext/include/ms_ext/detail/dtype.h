@@ -87,9 +87,10 @@ class DtypeSet {
 };
 
 inline DtypeSet floating_types() { return {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}; }
-inline DtypeSet integral_types() {
-  return {at::kChar, at::kShort, at::kInt, at::kLong, at::kByte, at::kUInt16, at::kUInt32, at::kUInt64};
-}
+// The sets follow ATen's dispatch macros (AT_DISPATCH_INTEGRAL_TYPES, AT_BAREBONES_UNSIGNED_TYPES, ...): most
+// CPU kernels support integral_types(); only a few also handle the wide unsigned types.
+inline DtypeSet integral_types() { return {at::kChar, at::kShort, at::kInt, at::kLong, at::kByte}; }
+inline DtypeSet barebones_unsigned_types() { return {at::kUInt16, at::kUInt32, at::kUInt64}; }
 inline DtypeSet complex_types() { return {at::kComplexFloat, at::kComplexDouble}; }
 inline DtypeSet bool_type() { return {at::kBool}; }
 

@@ -1,0 +1,107 @@
+"""Helpers the tests share: run an operator in a Cell (forward or VJP) and compare with torch."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import torch
+from mindspore import nn, ops
+
+from aot_ops import _dtypes
+
+MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
+
+ALL_DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+    torch.bool, torch.complex64, torch.complex128,
+)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def to_ms(t: torch.Tensor) -> ms.Tensor:
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+        return ms.Tensor(t.float().numpy()).astype(ms.bfloat16)
+    return ms.Tensor(t.numpy())
+
+
+def to_torch(x: ms.Tensor) -> torch.Tensor:
+    if x.dtype == ms.bfloat16:
+        return torch.from_numpy(x.astype(ms.float32).asnumpy()).to(torch.bfloat16)
+    array = x.asnumpy()
+    # MindSpore returns uint64 as numpy's `ulonglong`, which torch rejects; the same bytes as `<u8` it accepts.
+    # (np.array keeps 0-dim arrays 0-dim, unlike np.ascontiguousarray.)
+    return torch.from_numpy(np.array(array.view(np.dtype(array.dtype.str))))
+
+
+def as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def sample(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Random data valid for `dtype` (small integers, both signs where the type has them)."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=gen, dtype=dtype if dtype not in (torch.float16, torch.bfloat16)
+                           else torch.float32).to(dtype)
+    low = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -5
+    return torch.randint(low, 6, shape, generator=gen, dtype=torch.int64).to(dtype)
+
+
+class OpCell(nn.Cell):
+    """A Cell whose construct calls one operator (compiled as a graph in GRAPH_MODE)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *inputs):
+        return self.op(*inputs)
+
+
+class VjpCell(nn.Cell):
+    """Vector-Jacobian product of a Cell: gradients of all inputs for a given output cotangent."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.grad = ops.GradOperation(get_all=True, sens_param=True)
+
+    def construct(self, *inputs_and_sens):
+        return self.grad(self.net)(*inputs_and_sens)
+
+
+def run_forward(op, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Runs `op` on torch data through MindSpore (in the current mode) and returns torch tensors."""
+    out = OpCell(op)(*[to_ms(t) for t in inputs])
+    return tuple(to_torch(o) for o in as_tuple(out))
+
+
+def run_vjp(op, inputs: list[torch.Tensor], cotangents: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    sens = [to_ms(c) for c in cotangents]
+    grads = VjpCell(OpCell(op))(*[to_ms(t) for t in inputs], sens[0] if len(sens) == 1 else tuple(sens))
+    return tuple(to_torch(g) for g in as_tuple(grads))
+
+
+def torch_vjp(fn, inputs: list[torch.Tensor], cotangents: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point() or t.is_complex()) for t in inputs]
+    outs = as_tuple(fn(*leaves))
+    pairs = [(o, c) for o, c in zip(outs, cotangents) if o.requires_grad]
+    diff = [leaf for leaf in leaves if leaf.requires_grad]
+    grads = torch.autograd.grad([o for o, _ in pairs], diff, [c for _, c in pairs], allow_unused=True)
+    it = iter(grads)
+    return tuple(next(it) if leaf.requires_grad else torch.zeros_like(leaf) for leaf in leaves)
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor):
+    """Same shape and dtype, values within torch's default tolerance for that dtype."""
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+    if expected.dtype in (torch.uint16, torch.uint32, torch.uint64):  # assert_close cannot compare these
+        actual, expected = actual.to(torch.int64), expected.to(torch.int64)
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+def ms_dtype(dtype: torch.dtype):
+    return _dtypes.to_ms(dtype)

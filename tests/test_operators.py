@@ -1,0 +1,137 @@
+"""The bundled CPU operators against torch: every dtype, both modes, forward and gradient, edge-case shapes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aot_ops
+from support import (ALL_DTYPES, FLOAT_DTYPES, as_tuple, assert_same, run_forward, run_vjp, sample,
+                     torch_vjp)
+
+
+@dataclass(frozen=True)
+class Case:
+    make_op: Callable            # aot_ops factory
+    torch_fn: Callable           # the torch reference
+    shapes: tuple                # input shapes of the main test (with broadcasting where it applies)
+    symbol: str                  # the kernel's name, which error messages start with
+
+
+CASES = {
+    "leaky_relu": Case(aot_ops.leaky_relu, lambda x: F.leaky_relu(x, 0.01), ((3, 4),), "LeakyRelu"),
+    "add": Case(aot_ops.add, torch.add, ((3, 4), (4,)), "Add"),
+    "mul": Case(aot_ops.mul, torch.mul, ((2, 1, 4), (3, 1)), "Mul"),
+    "sum": Case(aot_ops.sum, torch.sum, ((3, 4),), "Sum"),
+    "matmul": Case(aot_ops.matmul, torch.matmul, ((2, 3, 4), (4, 5)), "Matmul"),
+    "softmax": Case(aot_ops.softmax, lambda x: torch.softmax(x, -1), ((3, 4),), "Softmax"),
+    "max": Case(aot_ops.max, lambda x: tuple(torch.max(x, -1)), ((3, 4),), "MaxDim"),
+}
+
+# Shapes for the edge cases: 0-dim, empty, and large (>= 1M elements).
+SCALAR_SHAPES = {"leaky_relu": ((),), "add": ((), ()), "mul": ((), (3,)), "sum": ((),), "softmax": ((),),
+                 "max": ((),)}
+EMPTY_SHAPES = {"leaky_relu": ((0, 3),), "add": ((0, 3), (3,)), "mul": ((0, 3), (0, 3)), "sum": ((0, 3),),
+                "matmul": ((0, 4), (4, 5)), "softmax": ((0, 3),), "max": ((0, 3),)}
+LARGE_SHAPES = {"leaky_relu": ((1024, 1024),), "add": ((1024, 1024), (1024,)), "mul": ((1024, 1024), (1024, 1)),
+                "sum": ((1024, 1024),), "matmul": ((1024, 1024), (1024, 64)), "softmax": ((1024, 1024),),
+                "max": ((1024, 1024),)}
+
+
+def torch_supports(case: Case, inputs) -> bool:
+    try:
+        case.torch_fn(*inputs)
+        return True
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+def inputs_for(shapes, dtype, seed=0):
+    return [sample(s, dtype, seed + i) for i, s in enumerate(shapes)]
+
+
+def check_forward(case: Case, inputs):
+    expected = as_tuple(case.torch_fn(*inputs))
+    actual = run_forward(case.make_op(), inputs)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e)
+
+
+def check_gradient(case: Case, inputs):
+    expected_out = as_tuple(case.torch_fn(*inputs))
+    cotangents = [sample(o.shape, o.dtype, seed=100 + i) for i, o in enumerate(expected_out)]
+    expected = torch_vjp(case.torch_fn, inputs, cotangents)
+    actual = run_vjp(case.make_op(), inputs, cotangents)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("name", CASES)
+def test_forward_matches_torch_for_every_dtype(name, dtype, mode):
+    """Where ATen supports the dtype on CPU the result equals torch's; where it does not, the call fails with
+    an error that names the operator and the dtype."""
+    case = CASES[name]
+    inputs = inputs_for(case.shapes, dtype)
+    if torch_supports(case, inputs):
+        check_forward(case, inputs)
+    else:
+        with pytest.raises((RuntimeError, ValueError, TypeError)) as info:
+            run_forward(case.make_op(), inputs)
+        assert case.symbol in str(info.value)
+        assert str(dtype).replace("torch.", "") in str(info.value) or "not implemented" in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", CASES)
+def test_gradient_matches_torch_autograd(name, dtype, mode):
+    check_gradient(CASES[name], inputs_for(CASES[name].shapes, dtype))
+
+
+@pytest.mark.parametrize("name", SCALAR_SHAPES)
+def test_zero_dim_inputs(name, mode):
+    case = CASES[name]
+    inputs = inputs_for(SCALAR_SHAPES[name], torch.float32)
+    check_forward(case, inputs)
+    check_gradient(case, inputs)
+
+
+@pytest.mark.parametrize("name", EMPTY_SHAPES)
+def test_empty_inputs(name, mode):
+    case = CASES[name]
+    inputs = inputs_for(EMPTY_SHAPES[name], torch.float32)
+    check_forward(case, inputs)
+    check_gradient(case, inputs)
+
+
+@pytest.mark.parametrize("name", LARGE_SHAPES)
+def test_large_inputs(name, mode):
+    case = CASES[name]
+    inputs = inputs_for(LARGE_SHAPES[name], torch.float32)
+    assert sum(t.numel() for t in inputs) >= 1 << 20
+    check_forward(case, inputs)
+    check_gradient(case, inputs)
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [(torch.int32, torch.float32), (torch.bool, torch.int8),
+                                             (torch.float16, torch.float64), (torch.uint8, torch.int16)],
+                         ids=str)
+@pytest.mark.parametrize("name", ["add", "mul"])
+def test_type_promotion_follows_torch(name, a_dtype, b_dtype, mode):
+    case = CASES[name]
+    inputs = [sample((3, 4), a_dtype, 0), sample((4,), b_dtype, 1)]
+    check_forward(case, inputs)
+
+
+@pytest.mark.parametrize("shapes", [((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2))],
+                         ids=str)
+def test_matmul_ranks_and_broadcast_batches(shapes, mode):
+    case = CASES["matmul"]
+    inputs = inputs_for(shapes, torch.float64)
+    check_forward(case, inputs)
+    check_gradient(case, inputs)

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import torch
 
 from . import _dtypes
+from ._signature import ms_name
 
 
 class InferenceError(ValueError):
@@ -37,7 +38,7 @@ class MetaInference:
         try:
             result = self.fn(*inputs)
         except Exception as exc:  # torch explains why (shape mismatch, unsupported dtype, ...)
-            described = ", ".join(f"{_describe(s)} {d}" for s, d in zip(shapes, dtypes))
+            described = ", ".join(f"{_describe(s)} {ms_name(d)}" for s, d in zip(shapes, dtypes))
             raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}") from None
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         value = ([tuple(o.shape) for o in outputs], [o.dtype for o in outputs])

@@ -14,6 +14,7 @@ from mindspore.common import dtype as mstype
 
 from . import _dtypes
 from ._meta import MetaInference
+from ._signature import read_signature
 
 # A Custom primitive with the same `func` and the same prim attributes as an earlier one reuses MindSpore's
 # cached inference (its own out_shape is never called). Every AotOp therefore carries an identity attribute:
@@ -43,6 +44,7 @@ class AotOp(ops.Custom):
         self.library = str(library)
         self.symbol = symbol
         self.infer = infer
+        self.signature = read_signature(self.library, symbol)
         for key, value in (attrs or {}).items():
             self.add_prim_attr(key, value)
         self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
@@ -50,6 +52,8 @@ class AotOp(ops.Custom):
     def __infer__(self, *args):
         shapes = [tuple(a["shape"]) for a in args]
         dtypes = [_dtypes.to_torch(a["dtype"]) for a in args]
+        if self.signature is not None:
+            self.signature.check(self.symbol, dtypes)
         out_shapes, out_dtypes = self.infer(shapes, dtypes)
         # Tensor types, not element types: given a bare element type, GRAPH_MODE treats a 0-dim output as a
         # Python scalar and the Cell returns a float instead of a Tensor.

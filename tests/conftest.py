@@ -13,3 +13,11 @@ def mode(request):
     ms.set_context(mode=request.param)
     yield request.param
     ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.fixture(scope="session")
+def user_library(tmp_path_factory):
+    """tests/kernels/user_ops.cpp built with `python -m aot_ops build` (once per test session)."""
+    from support import build_test_library
+
+    return build_test_library("user_ops.cpp", tmp_path_factory.mktemp("user_ops"))

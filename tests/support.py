@@ -1,6 +1,10 @@
 """Helpers the tests share: run an operator in a Cell (forward or VJP) and compare with torch."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import mindspore as ms
 import numpy as np
 import torch
@@ -105,3 +109,16 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor):
 
 def ms_dtype(dtype: torch.dtype):
     return _dtypes.to_ms(dtype)
+
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_KERNELS = REPO / "tests" / "kernels"
+
+
+def build_test_library(source_name: str, out_dir) -> str:
+    """Builds tests/kernels/<source_name> with `python -m aot_ops build` and returns the library path."""
+    out = Path(out_dir) / ("lib" + source_name.rsplit(".", 1)[0] + ".so")
+    proc = subprocess.run([sys.executable, "-m", "aot_ops", "build", str(TEST_KERNELS / source_name), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return str(out)

@@ -1,8 +1,9 @@
 // Broadcasting binary operators (Add, Mul) and their backwards on ATen (CPU).
 //
-// Outputs follow torch's broadcasting and type promotion: the Python side infers them with the same ATen
-// operator on the meta device, and Call::output re-checks them here before anything is written.
+// Outputs follow torch's broadcasting and type promotion: the Python side infers them with torch on the meta
+// device, and the kernel re-checks them with ATen's own rules (infer_size, result_type) before writing.
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/mul.h>
 
@@ -21,10 +22,14 @@ bool differentiable(const at::Tensor &t) { return at::isFloatingType(t.scalar_ty
 // Integer and bool inputs are not differentiable: their gradient is zero, in their own dtype.
 void write_input_grad(ms_ext::Call &call, int i, const at::Tensor &input, const at::Tensor &grad) {
   if (!differentiable(input)) {
-    call.output(i, ms_ext::meta(input)).zero_();
+    call.output_like(i, input).zero_();
     return;
   }
   call.set_output(i, at::sum_to(grad, input.sizes()).to(input.scalar_type()));
+}
+
+at::Tensor &broadcast_output(ms_ext::Call &call, const at::Tensor &a, const at::Tensor &b) {
+  return call.output(0, at::infer_size(a.sizes(), b.sizes()), at::native::result_type({a, b}));
 }
 
 }  // namespace
@@ -32,7 +37,7 @@ void write_input_grad(ms_ext::Call &call, int i, const at::Tensor &input, const 
 // out = a + b
 MS_EXT_KERNEL(Add, ms_ext::Signature().inputs(2).outputs(1).dtypes(kAddTypes)) {
   const at::Tensor &a = call.input(0), &b = call.input(1);
-  at::add_out(call.output(0, at::add(ms_ext::meta(a), ms_ext::meta(b))), a, b);
+  at::add_out(broadcast_output(call, a, b), a, b);
 }
 
 // (da, db) = AddGrad(dout, a, b)
@@ -45,7 +50,7 @@ MS_EXT_KERNEL(AddGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kAddTypes
 // out = a * b
 MS_EXT_KERNEL(Mul, ms_ext::Signature().inputs(2).outputs(1).dtypes(kMulTypes)) {
   const at::Tensor &a = call.input(0), &b = call.input(1);
-  at::mul_out(call.output(0, at::mul(ms_ext::meta(a), ms_ext::meta(b))), a, b);
+  at::mul_out(broadcast_output(call, a, b), a, b);
 }
 
 // (da, db) = MulGrad(dout, a, b): da = sum_to(dout * conj(b), a.shape), db likewise.

@@ -11,12 +11,11 @@ constexpr double kNegativeSlope = 0.01;  // torch.nn.functional.leaky_relu's def
 // y = leaky_relu(x)
 MS_EXT_KERNEL(LeakyRelu, ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())) {
   const at::Tensor &x = call.input(0);
-  at::leaky_relu_out(call.output(0, at::leaky_relu(ms_ext::meta(x), kNegativeSlope)), x, kNegativeSlope);
+  at::leaky_relu_out(call.output_like(0, x), x, kNegativeSlope);
 }
 
 // dx = LeakyReluGrad(dy, x)
 MS_EXT_KERNEL(LeakyReluGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())) {
   const at::Tensor &dy = call.input(0), &x = call.input(1);
-  const auto expected = at::leaky_relu_backward(ms_ext::meta(dy), ms_ext::meta(x), kNegativeSlope, false);
-  at::leaky_relu_backward_out(call.output(0, expected), dy, x, kNegativeSlope, /*self_is_result=*/false);
+  at::leaky_relu_backward_out(call.output_like(0, x), dy, x, kNegativeSlope, /*self_is_result=*/false);
 }

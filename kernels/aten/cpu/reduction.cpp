@@ -17,14 +17,14 @@ constexpr int64_t kMaxDim = -1;
 // out = sum(x), a 0-dim tensor; integer and bool inputs sum to int64 as in torch.
 MS_EXT_KERNEL(Sum, ms_ext::Signature().inputs(1).outputs(1).dtypes(kSumTypes)) {
   const at::Tensor &x = call.input(0);
-  at::Tensor &out = call.output(0, at::sum(ms_ext::meta(x)));
-  at::sum_out(out, x, at::IntArrayRef{}, /*keepdim=*/false, out.scalar_type());
+  const at::ScalarType type = at::isIntegralType(x.scalar_type(), /*includeBool=*/true) ? at::kLong : x.scalar_type();
+  at::sum_out(call.output(0, {}, type), x, at::IntArrayRef{}, /*keepdim=*/false, type);
 }
 
 // dx = SumGrad(dout, x): dout broadcast to x's shape.
 MS_EXT_KERNEL(SumGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(kSumTypes)) {
   const at::Tensor &dout = call.input(0), &x = call.input(1);
-  at::Tensor &dx = call.output(0, ms_ext::meta(x));
+  at::Tensor &dx = call.output_like(0, x);
   if (!at::isFloatingType(x.scalar_type()) && !x.is_complex()) {
     dx.zero_();  // integer and bool inputs are not differentiable
     return;
@@ -35,9 +35,10 @@ MS_EXT_KERNEL(SumGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(kSumTypes
 // (values, indices) = max(x, dim=-1)
 MS_EXT_KERNEL(MaxDim, ms_ext::Signature().inputs(1).outputs(2).dtypes(kMaxTypes)) {
   const at::Tensor &x = call.input(0);
-  auto expected = at::max(ms_ext::meta(x), kMaxDim);
-  at::Tensor &values = call.output(0, std::get<0>(expected));
-  at::Tensor &indices = call.output(1, std::get<1>(expected));
+  // torch.max(x, -1) on a 0-dim tensor gives 0-dim results; otherwise the last dimension goes away.
+  const at::IntArrayRef reduced = x.dim() == 0 ? x.sizes() : x.sizes().slice(0, x.dim() - 1);
+  at::Tensor &values = call.output(0, reduced, x.scalar_type());
+  at::Tensor &indices = call.output(1, reduced, at::kLong);
   at::max_out(values, indices, x, kMaxDim);
 }
 
@@ -47,9 +48,8 @@ MS_EXT_KERNEL(MaxDimGrad, ms_ext::Signature().inputs(3).outputs(1).dtypes(kMaxTy
   if (indices.scalar_type() != at::kLong)
     throw std::invalid_argument(std::string("input 2 (indices) must be int64, got ") +
                                 ms_ext::ms_dtype_name(indices.scalar_type()));
-  at::Tensor &dx = call.output(0, ms_ext::meta(x));
   if (!at::isFloatingType(x.scalar_type())) {
-    dx.zero_();
+    call.output_like(0, x).zero_();
     return;
   }
   call.set_output(0, at::value_selecting_reduction_backward_symint(dvalues, kMaxDim, indices,

@@ -11,12 +11,11 @@ constexpr int64_t kDim = -1;
 // y = softmax(x, dim=-1)
 MS_EXT_KERNEL(Softmax, ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())) {
   const at::Tensor &x = call.input(0);
-  at::_softmax_out(call.output(0, at::_softmax(ms_ext::meta(x), kDim, false)), x, kDim, /*half_to_float=*/false);
+  at::_softmax_out(call.output_like(0, x), x, kDim, /*half_to_float=*/false);
 }
 
 // dx = SoftmaxGrad(dy, y), with y the forward output.
 MS_EXT_KERNEL(SoftmaxGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())) {
   const at::Tensor &dy = call.input(0), &y = call.input(1);
-  const auto expected = at::_softmax_backward_data(ms_ext::meta(dy), ms_ext::meta(y), kDim, y.scalar_type());
-  at::_softmax_backward_data_out(call.output(0, expected), dy, y, kDim, y.scalar_type());
+  at::_softmax_backward_data_out(call.output_like(0, y), dy, y, kDim, y.scalar_type());
 }

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
 #include <sstream>
@@ -25,10 +24,6 @@ inline std::string shape_string(at::IntArrayRef sizes) {
   os << ']';
   return os.str();
 }
-
-// A meta tensor with the shape and dtype of `t`: run an ATen operator on meta tensors to learn the shape and dtype
-// it produces without computing anything (torch's own shape and type-promotion rules, its own error messages).
-inline at::Tensor meta(const at::Tensor &t) { return at::empty(t.sizes(), t.options().device(at::kMeta)); }
 
 class Call {
  public:
@@ -64,15 +59,23 @@ class Call {
   // Input i as a tensor that aliases MindSpore's buffer (no copy). Writing to it changes the caller's tensor.
   const at::Tensor &input(int i) const { return tensors_.at(check_index(i, num_inputs(), "input")); }
 
-  // Output buffer i, after checking that it has exactly the shape and dtype of `expected` (a tensor, usually a
-  // meta tensor, describing what the ATen operator produces). Use it with ATen's *_out overloads, which write
-  // straight into MindSpore's buffer. The check is what keeps an _out call from resizing the view and leaving
-  // MindSpore with a buffer of the wrong shape and garbage.
-  at::Tensor &output(int i, const at::Tensor &expected) {
+  // Output buffer i, after checking that it has exactly the shape and dtype the operator produces. Use it with
+  // ATen's *_out overloads, which write straight into MindSpore's buffer. The check comes first because an _out
+  // call into a wrongly sized view resizes the view (with only a warning) and leaves MindSpore's buffer with the
+  // wrong shape and garbage; check_outputs_intact() after the body is the second line of defence.
+  //
+  // Compute the expected shape in C++ (at::infer_size for broadcasting, at::result_type for promotion, ...)
+  // rather than by running the operator on meta tensors: once Python has imported torch, some meta kernels are
+  // Python functions (torch/_meta_registrations.py), and the kernel would call into Python from MindSpore's
+  // launch thread.
+  at::Tensor &output(int i, at::IntArrayRef sizes, at::ScalarType dtype) {
     at::Tensor &out = output_unchecked(i);
-    check_output(i, out, expected.sizes(), expected.scalar_type());
+    check_output(i, out, sizes, dtype);
     return out;
   }
+
+  // Output buffer i, checked to have the shape and dtype of `like` (e.g. an elementwise operator's input).
+  at::Tensor &output_like(int i, const at::Tensor &like) { return output(i, like.sizes(), like.scalar_type()); }
 
   // Checks `result` against output i, then copies it into MindSpore's buffer: for operators without an _out
   // overload. Nothing is written when the check fails.
@@ -91,6 +94,21 @@ class Call {
   void *workspace(int i) const {
     const int w = check_index(i, signature_.num_workspaces(), "workspace");
     return raw_.params[num_inputs() + num_outputs() + w];
+  }
+
+  // Fails if the kernel body left an output view resized or pointing elsewhere than MindSpore's buffer (an _out
+  // call that resized it, or an assignment to it): MindSpore would read its buffer with the declared shape.
+  // ATen may resize an output temporarily (matmul_out of a vector does), so only the final state counts.
+  void check_outputs_intact() const {
+    for (int i = 0; i < num_outputs(); ++i) {
+      const int k = num_inputs() + i;
+      const at::Tensor &out = tensors_[k];
+      const int nd = raw_.ndims[k];
+      const at::IntArrayRef declared(nd > 0 ? raw_.shapes[k] : nullptr, static_cast<size_t>(nd));
+      if (!out.defined() || out.sizes() != declared || (out.numel() > 0 && out.data_ptr() != raw_.params[k]))
+        throw std::logic_error("output " + std::to_string(i) + " no longer views MindSpore's buffer of shape " +
+                               shape_string(declared) + " (the kernel resized or replaced it); its data is invalid");
+    }
   }
 
   void *stream() const { return raw_.stream; }
@@ -127,7 +145,12 @@ class Call {
     int64_t numel = 1;
     for (int64_t s : sizes) numel *= s;
     void *data = raw_.params[i];
-    if (numel == 0) return at::empty(sizes, options);  // empty tensors may come without a buffer
+    if (numel == 0) {
+      // Empty tensors may come without a buffer. A from_blob view of a dummy address (never read: no elements)
+      // keeps the storage non-resizable, so an _out call cannot silently allocate a buffer MindSpore never sees.
+      static double dummy alignas(64);
+      data = &dummy;
+    }
     if (data == nullptr) throw std::invalid_argument(describe(i) + " has no data (NULL buffer)");
     return at::from_blob(data, sizes, options);
   }

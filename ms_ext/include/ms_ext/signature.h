@@ -4,6 +4,8 @@
 
 #include <ms_ext/detail/dtype.h>
 
+#include <string>
+
 namespace ms_ext {
 
 class Signature {
@@ -20,6 +22,13 @@ class Signature {
   int num_outputs() const { return outputs_; }
   int num_workspaces() const { return workspaces_; }
   const DtypeSet &input_dtypes() const { return dtypes_; }
+
+  // "inputs=1;outputs=1;workspaces=0;dtypes=float16,float32" (dtypes empty = any). Every MS_EXT_KERNEL exports
+  // it as `ms_ext_signature_<NAME>`, so the Python side checks calls with the same rules before MindSpore launches.
+  std::string describe() const {
+    return "inputs=" + std::to_string(inputs_) + ";outputs=" + std::to_string(outputs_) +
+           ";workspaces=" + std::to_string(workspaces_) + ";dtypes=" + dtypes_.to_string(",");
+  }
 
  private:
   int inputs_ = 0;

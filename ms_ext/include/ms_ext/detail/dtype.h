@@ -72,11 +72,11 @@ class DtypeSet {
     s.bits_ = bits_ | other.bits_;
     return s;
   }
-  std::string to_string() const {
+  std::string to_string(const char *separator = ", ") const {
     std::string out;
     for (int i = 0; i < static_cast<int>(at::ScalarType::NumOptions); ++i) {
       auto t = static_cast<at::ScalarType>(i);
-      if (contains(t)) out += (out.empty() ? "" : ", ") + std::string(ms_dtype_name(t));
+      if (contains(t)) out += (out.empty() ? "" : separator) + std::string(ms_dtype_name(t));
     }
     return out;
   }

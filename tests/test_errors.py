@@ -1,0 +1,147 @@
+"""Bad input raises an error that names the operator and the cause, and the next call works."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+from mindspore import ops
+
+import aot_ops
+from support import OpCell, assert_same, run_forward, sample, to_torch
+
+X = np.array([[0.0, -0.1], [-0.2, 1.0]], np.float32)
+X_LEAKY = np.array([[0.0, -0.001], [-0.002, 1.0]], np.float32)
+
+
+def raw_custom(symbol, out_shape, out_dtype, library=None):
+    """A hand-written ops.Custom, as users write them: shapes are not checked in Python, so the C++ checks run."""
+    op = ops.Custom(f"{library or aot_ops.library_path()}:{symbol}", out_shape=out_shape, out_dtype=out_dtype,
+                    func_type="aot")
+    op.add_prim_attr("test_identity", id(op))  # keep MindSpore from reusing another op's cached inference
+    return op
+
+
+def call(op, *arrays):
+    return OpCell(op)(*[ms.Tensor(a) for a in arrays]).asnumpy()
+
+
+def assert_next_call_works():
+    np.testing.assert_allclose(call(aot_ops.leaky_relu(), X), X_LEAKY, rtol=1e-6)
+
+
+def test_classic_leaky_relu_sample(mode):
+    op = raw_custom("LeakyRelu", lambda x: x, lambda x: x)
+    np.testing.assert_allclose(call(op, X), X_LEAKY, rtol=1e-6)
+
+
+UNSUPPORTED_INT32 = (r"LeakyRelu: input 0 has dtype int32, which this operator does not support "
+                     r"\(supported: float16, float32, float64, bfloat16\)")
+
+
+def test_unsupported_dtype_is_refused_before_launch(mode):
+    """aot_ops checks the kernel's exported signature while MindSpore infers the output."""
+    with pytest.raises(TypeError, match=UNSUPPORTED_INT32):
+        call(aot_ops.leaky_relu(), np.array([1, -2], np.int32))
+    assert_next_call_works()
+
+
+def test_unsupported_dtype_is_refused_by_the_kernel(mode):
+    """A hand-written ops.Custom skips the Python check; the C++ signature check gives the same text."""
+    op = raw_custom("LeakyRelu", lambda x: x, lambda x: x)
+    with pytest.raises(RuntimeError, match=UNSUPPORTED_INT32):
+        call(op, np.array([1, -2], np.int32))
+    assert_next_call_works()
+
+
+def test_wrong_number_of_arguments_in_cpp(mode):
+    op = raw_custom("LeakyRelu", lambda x, y: x, lambda x, y: x)
+    with pytest.raises(RuntimeError, match=r"LeakyRelu: expected 1 input\(s\) and 1 output\(s\) \(2 parameters\), "
+                                           r"but MindSpore passed 3 parameters"):
+        call(op, X, X)
+    assert_next_call_works()
+
+
+def test_wrong_number_of_arguments_in_python(mode):
+    with pytest.raises(ValueError, match=r"LeakyRelu: expected 1 input\(s\), got 2"):
+        call(aot_ops.leaky_relu(), X, X)
+    assert_next_call_works()
+
+
+def test_mismatched_output_shape(mode):
+    op = raw_custom("LeakyRelu", lambda x: [3], lambda x: x)
+    with pytest.raises(RuntimeError, match=r"LeakyRelu: output 0 has shape \[3\] and dtype float32, but the "
+                                           r"operator produces shape \[2, 2\] and dtype float32"):
+        call(op, X)
+    assert_next_call_works()
+
+
+def test_mismatched_output_dtype(mode):
+    op = raw_custom("LeakyRelu", lambda x: x, lambda x: ms.float64)
+    with pytest.raises(RuntimeError, match=r"LeakyRelu: output 0 has shape \[2, 2\] and dtype float64, but the "
+                                           r"operator produces shape \[2, 2\] and dtype float32"):
+        call(op, X)
+    assert_next_call_works()
+
+
+def test_aten_error_has_torch_message_without_backtrace(mode):
+    op = raw_custom("Matmul", lambda a, b: [a[0], b[1]], lambda a, b: a)
+    with pytest.raises(RuntimeError) as info:
+        call(op, np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))
+    text = str(info.value)
+    assert "Matmul: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)" in text
+    assert "Exception raised from" not in text  # c10's C++ backtrace is stripped
+    assert_next_call_works()
+
+
+def test_aten_shape_error_caught_at_inference(mode):
+    with pytest.raises(ValueError, match=r"Matmul: cannot run on inputs \(\[2, 3\] float32, "
+                                                         r"\[4, 5\] float32\): .*reduction dim"):
+        call(aot_ops.matmul(), np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))
+    assert_next_call_works()
+
+
+def test_last_error_is_readable_from_python():
+    with pytest.raises(RuntimeError):
+        call(raw_custom("LeakyRelu", lambda x: x, lambda x: x), np.array([1], np.int64))
+    assert aot_ops.last_error(aot_ops.library_path()).startswith("LeakyRelu: input 0 has dtype int64")
+
+
+def test_non_std_exception_becomes_an_error(user_library, mode):
+    op = raw_custom("ThrowsInt", lambda x: x, lambda x: x, library=user_library)
+    with pytest.raises(RuntimeError, match=r"ThrowsInt: a C\+\+ exception that does not derive from "
+                                           r"std::exception was thrown"):
+        call(op, X)
+    assert_next_call_works()
+
+
+def test_unguarded_non_std_exception_would_abort_mindspore(user_library):
+    """Why the boundary matters: the same throw from a hand-written entry point kills the process."""
+    script = textwrap.dedent(f"""
+        import numpy as np, mindspore as ms
+        from mindspore import ops
+        ms.set_device("CPU")
+        op = ops.Custom("{user_library}:ThrowsIntUnguarded", out_shape=lambda x: x, out_dtype=lambda x: x,
+                        func_type="aot")
+        try:
+            op(ms.Tensor(np.ones(2, np.float32))).asnumpy()
+        except Exception:
+            pass
+        print("survived")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "survived" not in proc.stdout
+
+
+def test_error_in_backward_names_backward_kernel(mode):
+    """A failing gradient kernel reports itself, and training can go on."""
+    op = raw_custom("LeakyReluGrad", lambda dy, x: dy, lambda dy, x: dy)
+    with pytest.raises(RuntimeError, match=r"LeakyReluGrad: input 1 has dtype int32"):
+        call(op, X, np.array([[1, 2], [3, 4]], np.int32))
+    x = sample((2, 2), torch.float32)
+    (y,) = run_forward(aot_ops.leaky_relu(), [x])
+    assert_same(y, torch.nn.functional.leaky_relu(x, 0.01))

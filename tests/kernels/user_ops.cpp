@@ -22,3 +22,15 @@ MS_EXT_KERNEL(ThrowsInt, ms_ext::Signature().inputs(1).outputs(1)) {
 
 // The same throw with no ms_ext boundary: what a hand-written entry point does.
 extern "C" int ThrowsIntUnguarded(int, void **, int *, int64_t **, const char **, void *, void *) { throw 42; }
+
+// Shrinks its output view instead of filling it: ms_ext must refuse to return such a result.
+MS_EXT_KERNEL(ShrinksOutput, ms_ext::Signature().inputs(1).outputs(1)) {
+  call.output_unchecked(0).resize_({1});
+}
+
+// Increments its input in place (and returns the new value): proves input views alias the caller's buffer.
+MS_EXT_KERNEL(IncrementInput, ms_ext::Signature().inputs(1).outputs(1)) {
+  at::Tensor x = call.input(0);
+  x.add_(1);
+  call.output_like(0, x).copy_(x);
+}

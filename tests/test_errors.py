@@ -1,6 +1,7 @@
 """Bad input raises an error that names the operator and the cause, and the next call works."""
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from mindspore import ops
 import aot_ops
 from support import OpCell, assert_same, run_forward, sample, to_torch
 
+_identities = itertools.count()
 X = np.array([[0.0, -0.1], [-0.2, 1.0]], np.float32)
 X_LEAKY = np.array([[0.0, -0.001], [-0.002, 1.0]], np.float32)
 
@@ -22,7 +24,8 @@ def raw_custom(symbol, out_shape, out_dtype, library=None):
     """A hand-written ops.Custom, as users write them: shapes are not checked in Python, so the C++ checks run."""
     op = ops.Custom(f"{library or aot_ops.library_path()}:{symbol}", out_shape=out_shape, out_dtype=out_dtype,
                     func_type="aot")
-    op.add_prim_attr("test_identity", id(op))  # keep MindSpore from reusing another op's cached inference
+    # Keep MindSpore from reusing another op's cached inference (not id(op): ids are reused after collection).
+    op.add_prim_attr("test_identity", next(_identities))
     return op
 
 

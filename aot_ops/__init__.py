@@ -1,7 +1,8 @@
 """aot_ops: PyTorch's ATen operators and your own kernels as MindSpore `ops.Custom(func_type="aot")` operators.
 
 Public surface:
-    aot_ops.leaky_relu(), add(), mul(), sum(), matmul(), softmax(), max()
+    aot_ops.leaky_relu(), add(), mul(), sum(), mean(), matmul(), softmax(), max(), gelu(), layer_norm(),
+    permute()
         ready operators backed by the bundled CPU ATen kernels (see aot_ops.operators)
     aot_ops.library_path()
         where the bundled kernel library lives, for building ops.Custom by hand
@@ -27,6 +28,11 @@ _LAZY = {
     "matmul": (".operators", "matmul"),
     "softmax": (".operators", "softmax"),
     "max": (".operators", "max"),
+    "mean": (".operators", "mean"),
+    "gelu": (".operators", "gelu"),
+    "layer_norm": (".operators", "layer_norm"),
+    "permute": (".operators", "permute"),
+    "harness": (".harness", None),
     "operators": (".operators", None),
 }
 

@@ -43,3 +43,4 @@ def to_ms(torch_dtype: torch.dtype):
         return _TORCH_TO_MS[torch_dtype]
     except KeyError:
         raise TypeError(f"torch dtype {torch_dtype} has no MindSpore equivalent") from None
+

@@ -1,112 +1,212 @@
 """Ready MindSpore operators backed by the bundled CPU ATen kernels (kernels/aten/cpu).
 
-Each function returns an `ops.Custom` primitive (an AotOp) with output shape, dtype and gradient filled in; use it
-in PyNative code or inside `nn.Cell.construct` in GRAPH_MODE:
+Each function returns an `ops.Custom` primitive (an AotOp; a small Cell for layer_norm) with output shape, dtype
+and gradient filled in. Parameters are keyword arguments, as in torch, and travel to the kernel as primitive
+attributes; use the result in PyNative code or inside `nn.Cell.construct` in GRAPH_MODE, also with dynamic shapes
+(`cell.set_inputs(Tensor(shape=[None, 4], ...))`), since every kernel infers its outputs in C++:
 
-    relu = aot_ops.leaky_relu()
-    y = relu(x)
-    dx = ms.grad(lambda x: relu(x).sum())(x)
+    act = aot_ops.leaky_relu(negative_slope=0.2)
+    y = act(x)
+    dx = ms.grad(lambda x: act(x).sum())(x)
 
-Outputs follow torch: broadcasting, type promotion (int32 * float32 -> float32, sum of int32 -> int64), the
-operator's dtype support. Backwards are aot kernels themselves, so gradients work in both modes.
+Output shapes follow torch; dtypes too, with one difference: mixing a 0-dim tensor with a larger one promotes
+like torch.promote_types (MindSpore's InferType sees no shapes, so a 0-dim operand cannot get torch's lower
+priority). Backward passes are aot kernels themselves, so gradients work in both modes. Calls with the same
+parameters share one operator (cached).
 """
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
-import torch
-import torch.nn.functional as F
+from mindspore import nn
 
-from ._meta import MetaInference
 from ._paths import library_path
-from ._primitive import AotOp
-
-_aten = torch.ops.aten
-NEGATIVE_SLOPE = 0.01  # the slope compiled into LeakyRelu, torch's default
-REDUCED_DIM = -1       # the dimension Softmax and MaxDim work on
+from ._primitive import AotOp, stable_identity
 
 
-def _kernel(symbol: str, torch_fn, bprop=None) -> AotOp:
-    # The identity is stable: the kernel's behaviour is fully given by the symbol (see _primitive.IDENTITY_ATTR).
-    return AotOp(library_path(), symbol, MetaInference(symbol, torch_fn), bprop=bprop, identity=f"aot_ops.{symbol}")
+def _kernel(symbol: str, attrs: dict | None = None, bprop=None) -> AotOp:
+    library = library_path()
+    return AotOp(library, symbol, attrs=attrs, bprop=bprop, identity=stable_identity(library, symbol, attrs))
 
 
-def _same_as_inputs(*inputs):
-    """Inference of a backward kernel whose outputs are gradients of the given inputs (same shape and dtype)."""
-    return tuple(torch.empty_like(t) for t in inputs)
+def _dims(dim: int | Sequence[int] | None) -> tuple[int, ...]:
+    """torch's `dim` argument (None, an int or a sequence) as the int list the kernels read."""
+    if dim is None:
+        return ()
+    if isinstance(dim, int):
+        return (dim,)
+    return tuple(int(d) for d in dim)
 
 
 @functools.lru_cache(maxsize=None)
-def leaky_relu() -> AotOp:
-    """y = leaky_relu(x, negative_slope=0.01); float16, bfloat16, float32, float64."""
-    grad = _kernel("LeakyReluGrad", lambda dy, x: _aten.leaky_relu_backward(dy, x, NEGATIVE_SLOPE, False))
+def leaky_relu(negative_slope: float = 0.01) -> AotOp:
+    """y = leaky_relu(x, negative_slope); float16, bfloat16, float32, float64."""
+    attrs = {"negative_slope": float(negative_slope)}
+    grad = _kernel("LeakyReluGrad", attrs)
 
     def bprop(x, out, dout):
         return (grad(dout, x),)
 
-    return _kernel("LeakyRelu", lambda x: F.leaky_relu(x, NEGATIVE_SLOPE), bprop)
+    return _kernel("LeakyRelu", attrs, bprop)
 
 
-def _binary(symbol: str, torch_fn) -> AotOp:
-    grad = _kernel(f"{symbol}Grad", lambda dout, a, b: _same_as_inputs(a, b))
+def _binary(symbol: str) -> AotOp:
+    grad = _kernel(f"{symbol}Grad")
 
     def bprop(a, b, out, dout):
         return grad(dout, a, b)
 
-    return _kernel(symbol, torch_fn, bprop)
+    return _kernel(symbol, None, bprop)
 
 
 @functools.lru_cache(maxsize=None)
 def add() -> AotOp:
-    """out = a + b with broadcasting and type promotion; every real, complex and bool dtype."""
-    return _binary("Add", torch.add)
+    """out = a + b with broadcasting and type promotion; every dtype ATen's CPU add supports."""
+    return _binary("Add")
 
 
 @functools.lru_cache(maxsize=None)
 def mul() -> AotOp:
-    """out = a * b with broadcasting and type promotion; every real, complex and bool dtype."""
-    return _binary("Mul", torch.mul)
+    """out = a * b with broadcasting and type promotion; all 15 dtypes."""
+    return _binary("Mul")
 
 
-@functools.lru_cache(maxsize=None)
-def sum() -> AotOp:  # noqa: A001 - the name users know from torch
-    """out = x.sum() as a 0-dim tensor; integer and bool inputs give int64 as in torch."""
-    grad = _kernel("SumGrad", lambda dout, x: torch.empty_like(x))
+def _reduction(symbol: str, dim, keepdim: bool) -> AotOp:
+    attrs = {"dim": list(_dims(dim)), "keepdim": bool(keepdim)}
+    grad = _kernel(f"{symbol}Grad", attrs)
 
     def bprop(x, out, dout):
         return (grad(dout, x),)
 
-    return _kernel("Sum", torch.sum, bprop)
+    return _kernel(symbol, attrs, bprop)
+
+
+def sum(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
+    """out = x.sum(dim, keepdim); all dimensions when `dim` is None. Integer and bool inputs give int64."""
+    return _cached_reduction("SumDims", _dims(dim), bool(keepdim))
+
+
+def mean(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp:
+    """out = x.mean(dim, keepdim); all dimensions when `dim` is None. Floating and complex dtypes."""
+    return _cached_reduction("MeanDims", _dims(dim), bool(keepdim))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_reduction(symbol: str, dims: tuple[int, ...], keepdim: bool) -> AotOp:
+    return _reduction(symbol, dims, keepdim)
 
 
 @functools.lru_cache(maxsize=None)
 def matmul() -> AotOp:
-    """out = torch.matmul(a, b): vector, matrix, batched and broadcast operands."""
-    grad = _kernel("MatmulGrad", lambda dout, a, b: _same_as_inputs(a, b))
+    """out = torch.matmul(a, b): vector, matrix, batched and broadcast operands of one dtype."""
+    grad = _kernel("MatmulGrad")
 
     def bprop(a, b, out, dout):
         return grad(dout, a, b)
 
-    return _kernel("Matmul", torch.matmul, bprop)
+    return _kernel("Matmul", None, bprop)
 
 
 @functools.lru_cache(maxsize=None)
-def softmax() -> AotOp:
-    """y = softmax(x, dim=-1); float16, bfloat16, float32, float64."""
-    grad = _kernel("SoftmaxGrad", lambda dy, y: torch.empty_like(y))
+def softmax(dim: int = -1) -> AotOp:
+    """y = softmax(x, dim); floating dtypes."""
+    attrs = {"dim": int(dim)}
+    grad = _kernel("SoftmaxGrad", attrs)
 
     def bprop(x, out, dout):
         return (grad(dout, out),)
 
-    return _kernel("Softmax", lambda x: torch.softmax(x, REDUCED_DIM), bprop)
+    return _kernel("Softmax", attrs, bprop)
 
 
 @functools.lru_cache(maxsize=None)
-def max() -> AotOp:  # noqa: A001 - the name users know from torch
-    """(values, indices) = torch.max(x, dim=-1); indices are int64."""
-    grad = _kernel("MaxDimGrad", lambda dvalues, x, indices: torch.empty_like(x))
+def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
+    """(values, indices) = torch.max(x, dim, keepdim); indices are int64."""
+    attrs = {"dim": int(dim), "keepdim": bool(keepdim)}
+    grad = _kernel("MaxDimGrad", attrs)
 
     def bprop(x, out, dout):
         return (grad(dout[0], x, out[1]),)
 
-    return _kernel("MaxDim", lambda x: tuple(torch.max(x, REDUCED_DIM)), bprop)
+    return _kernel("MaxDim", attrs, bprop)
+
+
+@functools.lru_cache(maxsize=None)
+def gelu(approximate: str = "none") -> AotOp:
+    """y = gelu(x, approximate) with approximate "none" (exact, erf) or "tanh"; floating dtypes.
+
+    The value is checked by the kernel when MindSpore initialises it: an invalid one fails the first call with
+    the kernel's explanation.
+    """
+    attrs = {"approximate": str(approximate)}
+    grad = _kernel("GeluGrad", attrs)
+
+    def bprop(x, out, dout):
+        return (grad(dout, x),)
+
+    return _kernel("Gelu", attrs, bprop)
+
+
+class LayerNorm(nn.Cell):
+    """y = layer_norm(x, normalized_shape, weight, bias, eps), called as `op(x, weight, bias)`.
+
+    The kernel returns torch's three outputs (y, mean, rstd); the backward uses the saved statistics, users get y.
+    """
+
+    def __init__(self, normalized_shape: Sequence[int], eps: float):
+        super().__init__()
+        attrs = {"normalized_shape": list(normalized_shape), "eps": float(eps)}
+        grad = _kernel("LayerNormGrad", attrs)
+
+        def bprop(x, weight, bias, out, dout):
+            return grad(dout[0], x, out[1], out[2], weight, bias)
+
+        self.op = _kernel("LayerNorm", attrs, bprop)
+
+    def construct(self, x, weight, bias):
+        return self.op(x, weight, bias)[0]
+
+
+def layer_norm(normalized_shape: int | Sequence[int], eps: float = 1e-5) -> LayerNorm:
+    """layer_norm over the trailing `normalized_shape` dimensions; floating dtypes. Call as op(x, weight, bias)."""
+    return _cached_layer_norm(_dims(normalized_shape), float(eps))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_layer_norm(normalized_shape: tuple[int, ...], eps: float) -> LayerNorm:
+    return LayerNorm(normalized_shape, eps)
+
+
+def permute(dims: Sequence[int]) -> AotOp:
+    """y = x.permute(dims), contiguous; every dtype. The gradient is the inverse permutation."""
+    return _permute(_dims(dims))
+
+
+_permutes: dict[tuple[int, ...], AotOp] = {}
+
+
+def _permute(dims: tuple[int, ...]) -> AotOp:
+    # Cached by hand: the backward of a permutation is the inverse permutation, whose backward is this one, so the
+    # operator is stored before its bprop is resolved.
+    op = _permutes.get(dims)
+    if op is not None:
+        return op
+    op = _permutes[dims] = _kernel("Permute", {"dims": list(dims)})
+    rank = len(dims)
+    wrapped = [d % rank for d in dims] if rank else []
+    if sorted(wrapped) == list(range(rank)) and wrapped != list(range(rank)):
+        inverse = [0] * rank
+        for position, d in enumerate(wrapped):
+            inverse[d] = position
+        backward = _permute(tuple(inverse))
+
+        def bprop(x, out, dout):
+            return (backward(dout),)
+    else:  # the identity, or an invalid permutation the kernel reports
+
+        def bprop(x, out, dout):
+            return (dout,)
+
+    op.bprop = bprop
+    return op

@@ -1,6 +1,7 @@
 """The bundled CPU operators against torch: every dtype, both modes, forward and gradient, edge-case shapes."""
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,23 +23,37 @@ class Case:
 
 
 CASES = {
-    "leaky_relu": Case(aot_ops.leaky_relu, lambda x: F.leaky_relu(x, 0.01), ((3, 4),), "LeakyRelu"),
+    "leaky_relu": Case(lambda: aot_ops.leaky_relu(negative_slope=0.2), lambda x: F.leaky_relu(x, 0.2), ((3, 4),),
+                       "LeakyRelu"),
     "add": Case(aot_ops.add, torch.add, ((3, 4), (4,)), "Add"),
     "mul": Case(aot_ops.mul, torch.mul, ((2, 1, 4), (3, 1)), "Mul"),
-    "sum": Case(aot_ops.sum, torch.sum, ((3, 4),), "Sum"),
+    "sum": Case(aot_ops.sum, torch.sum, ((3, 4),), "SumDims"),
+    "sum_dims": Case(lambda: aot_ops.sum(dim=(0, 2), keepdim=True), lambda x: torch.sum(x, (0, 2), keepdim=True),
+                     ((2, 3, 4),), "SumDims"),
+    "mean_dims": Case(lambda: aot_ops.mean(dim=-1), lambda x: torch.mean(x, -1), ((3, 4),), "MeanDims"),
     "matmul": Case(aot_ops.matmul, torch.matmul, ((2, 3, 4), (4, 5)), "Matmul"),
-    "softmax": Case(aot_ops.softmax, lambda x: torch.softmax(x, -1), ((3, 4),), "Softmax"),
-    "max": Case(aot_ops.max, lambda x: tuple(torch.max(x, -1)), ((3, 4),), "MaxDim"),
+    "softmax": Case(lambda: aot_ops.softmax(dim=0), lambda x: torch.softmax(x, 0), ((3, 4),), "Softmax"),
+    "max": Case(lambda: aot_ops.max(dim=0, keepdim=True), lambda x: tuple(torch.max(x, 0, keepdim=True)),
+                ((3, 4),), "MaxDim"),
+    "gelu": Case(lambda: aot_ops.gelu(approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"), ((3, 4),),
+                 "Gelu"),
+    "gelu_exact": Case(aot_ops.gelu, F.gelu, ((3, 4),), "Gelu"),
+    "layer_norm": Case(lambda: aot_ops.layer_norm([4], eps=1e-3),
+                       lambda x, w, b: F.layer_norm(x, [4], w, b, eps=1e-3), ((3, 4), (4,), (4,)), "LayerNorm"),
+    "permute": Case(lambda: aot_ops.permute([2, 0, 1]), lambda x: x.permute(2, 0, 1).contiguous(), ((2, 3, 4),),
+                    "Permute"),
 }
 
 # Shapes for the edge cases: 0-dim, empty, and large (>= 1M elements).
-SCALAR_SHAPES = {"leaky_relu": ((),), "add": ((), ()), "mul": ((), (3,)), "sum": ((),), "softmax": ((),),
-                 "max": ((),)}
+SCALAR_SHAPES = {"leaky_relu": ((),), "add": ((), ()), "mul": ((), (3,)), "sum": ((),), "mean_dims": ((),),
+                 "softmax": ((),), "gelu": ((),)}
 EMPTY_SHAPES = {"leaky_relu": ((0, 3),), "add": ((0, 3), (3,)), "mul": ((0, 3), (0, 3)), "sum": ((0, 3),),
-                "matmul": ((0, 4), (4, 5)), "softmax": ((0, 3),), "max": ((0, 3),)}
+                "sum_dims": ((0, 3, 2),), "matmul": ((0, 4), (4, 5)), "softmax": ((0, 3),), "max": ((2, 3, 0),),
+                "gelu": ((0, 3),), "layer_norm": ((0, 4), (4,), (4,)), "permute": ((0, 3, 2),)}
 LARGE_SHAPES = {"leaky_relu": ((1024, 1024),), "add": ((1024, 1024), (1024,)), "mul": ((1024, 1024), (1024, 1)),
-                "sum": ((1024, 1024),), "matmul": ((1024, 1024), (1024, 64)), "softmax": ((1024, 1024),),
-                "max": ((1024, 1024),)}
+                "sum_dims": ((64, 1024, 16),), "mean_dims": ((1024, 1024),), "matmul": ((1024, 1024), (1024, 64)),
+                "softmax": ((1024, 1024),), "max": ((1024, 1024),), "gelu": ((1024, 1024),),
+                "layer_norm": ((1 << 18, 4), (4,), (4,)), "permute": ((64, 128, 128),)}
 
 
 def torch_supports(case: Case, inputs) -> bool:
@@ -113,7 +128,7 @@ def test_empty_inputs(name, mode):
 def test_large_inputs(name, mode):
     case = CASES[name]
     inputs = inputs_for(LARGE_SHAPES[name], torch.float32)
-    assert sum(t.numel() for t in inputs) >= 1 << 20
+    assert builtins.sum(t.numel() for t in inputs) >= 1 << 20
     check_forward(case, inputs)
     check_gradient(case, inputs)
 

@@ -1,5 +1,7 @@
 // A user's own aot source, as `python -m aot_ops build` compiles it. Used by the tests.
 #include <ATen/ops/mul.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/tensor.h>
 
 #include <ms_ext/ms_ext.h>
 
@@ -25,7 +27,7 @@ extern "C" int ThrowsIntUnguarded(int, void **, int *, int64_t **, const char **
 
 // Shrinks its output view instead of filling it: ms_ext must refuse to return such a result.
 MS_EXT_KERNEL(ShrinksOutput, ms_ext::Signature().inputs(1).outputs(1)) {
-  call.output_unchecked(0).resize_({1});
+  call.output(0).resize_({1});
 }
 
 // Increments its input in place (and returns the new value): proves input views alias the caller's buffer.
@@ -33,4 +35,79 @@ MS_EXT_KERNEL(IncrementInput, ms_ext::Signature().inputs(1).outputs(1)) {
   at::Tensor x = call.input(0);
   x.add_(1);
   call.output_like(0, x).copy_(x);
+}
+
+// ---- attributes -------------------------------------------------------------------------------------------------
+
+// Reads one attribute of each of the eight kinds MindSpore supports and writes them, flattened, into a float64
+// vector: [b, i, f, len(s), chars of s..., len(il), il..., len(fl), fl..., rows(i2), (len(row), row...)...,
+//          rows(f2), (len(row), row...)...]. Every attribute is required.
+struct AllKinds {
+  bool b;
+  int64_t i;
+  double f;
+  std::string s;
+  std::vector<int64_t> il;
+  std::vector<float> fl;
+  std::vector<std::vector<int64_t>> i2;
+  std::vector<std::vector<float>> f2;
+  explicit AllKinds(const ms_ext::Attrs &a)
+      : b(a.get<bool>("b")), i(a.get<int64_t>("i")), f(a.get<double>("f")), s(a.get<std::string>("s")),
+        il(a.get<std::vector<int64_t>>("il")), fl(a.get<std::vector<float>>("fl")),
+        i2(a.get<std::vector<std::vector<int64_t>>>("i2")), f2(a.get<std::vector<std::vector<float>>>("f2")) {}
+
+  std::vector<double> flattened() const {
+    std::vector<double> out{double(b), double(i), f, double(s.size())};
+    for (char c : s) out.push_back(double(static_cast<unsigned char>(c)));
+    out.push_back(double(il.size()));
+    out.insert(out.end(), il.begin(), il.end());
+    out.push_back(double(fl.size()));
+    out.insert(out.end(), fl.begin(), fl.end());
+    out.push_back(double(i2.size()));
+    for (const auto &row : i2) {
+      out.push_back(double(row.size()));
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    out.push_back(double(f2.size()));
+    for (const auto &row : f2) {
+      out.push_back(double(row.size()));
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  }
+};
+
+std::vector<ms_ext::Shape> echo_shape(const ms_ext::ShapeArgs &args) {
+  return {{static_cast<int64_t>(AllKinds(args.attrs()).flattened().size())}};
+}
+std::vector<at::ScalarType> echo_type(const ms_ext::TypeArgs &) { return {at::kDouble}; }
+
+MS_EXT_KERNEL_WITH_STATE(AttrEcho, AllKinds,
+                         ms_ext::Signature().inputs(1).outputs(1).shapes(echo_shape).types(echo_type)) {
+  const std::vector<double> values = state.flattened();
+  call.output(0).copy_(at::tensor(values, at::kDouble));
+}
+
+// ---- scratch buffers --------------------------------------------------------------------------------------------
+
+// Row sums of a float32 matrix computed through a scratch copy of it; output 1 says where the scratch came from
+// (1: a MindSpore workspace, sized at Init; 0: allocated per call, because a dimension was unknown at Init).
+std::vector<int64_t> scratch_bytes(const ms_ext::ShapeArgs &args) {
+  const ms_ext::Shape &x = args.shape(0);
+  if (!args.rank_known(0) || x.size() != 2 || x[0] < 0 || x[1] < 0) return {ms_ext::kUnknownDim};
+  return {x[0] * x[1] * static_cast<int64_t>(sizeof(float))};
+}
+std::vector<ms_ext::Shape> row_sums_shapes(const ms_ext::ShapeArgs &args) {
+  if (args.rank(0) != 2) throw std::invalid_argument("expected a matrix");
+  return {{args.shape(0)[0]}, {}};
+}
+std::vector<at::ScalarType> row_sums_types(const ms_ext::TypeArgs &) { return {at::kFloat, at::kLong}; }
+
+MS_EXT_KERNEL(RowSumsWithScratch, ms_ext::Signature().inputs(1).outputs(2).dtypes({at::kFloat})
+                                      .shapes(row_sums_shapes).types(row_sums_types).scratch(1, scratch_bytes)) {
+  const at::Tensor &x = call.input(0);
+  at::Tensor copy = at::from_blob(call.scratch(0), x.sizes(), x.options());
+  copy.copy_(x);
+  at::sum_out(call.output(0), copy, {1});
+  call.output(1).fill_(call.scratch_is_mindspore_workspace(0) ? 1 : 0);
 }

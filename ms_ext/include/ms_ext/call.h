@@ -2,16 +2,20 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <ms_ext/attrs.h>
 #include <ms_ext/c_api.h>
 #include <ms_ext/detail/dtype.h>
 #include <ms_ext/detail/raw_args.h>
+#include <ms_ext/infer.h>
 #include <ms_ext/signature.h>
 
 namespace ms_ext {
@@ -27,14 +31,16 @@ inline std::string shape_string(at::IntArrayRef sizes) {
 
 class Call {
  public:
-  Call(const char *name, const Signature &signature, const detail::RawArgs &raw)
-      : name_(name), signature_(signature), raw_(raw) {
-    const int n_in = signature.num_inputs(), n_out = signature.num_outputs(), n_ws = signature.num_workspaces();
-    if (raw.nparam != n_in + n_out + n_ws) {
+  // Decodes and checks the arguments: parameter count, shapes, dtype strings, input dtypes, and (when the
+  // signature has rules) output shapes and dtypes. `workspaces` is how many scratch buffers MindSpore passes.
+  Call(const char *name, const Signature &signature, const detail::RawArgs &raw, const Attrs &attrs, int workspaces)
+      : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces) {
+    const int n_in = signature.num_inputs(), n_out = signature.num_outputs();
+    if (raw.nparam != n_in + n_out + workspaces) {
       std::ostringstream os;
       os << "expected " << n_in << " input(s) and " << n_out << " output(s)";
-      if (n_ws) os << " and " << n_ws << " workspace(s)";
-      os << " (" << n_in + n_out + n_ws << " parameters), but MindSpore passed " << raw.nparam
+      if (workspaces) os << " and " << workspaces << " workspace(s)";
+      os << " (" << n_in + n_out + workspaces << " parameters), but MindSpore passed " << raw.nparam
          << " parameters; check the number of arguments and out_shape/out_dtype of the Custom operator";
       throw std::invalid_argument(os.str());
     }
@@ -42,34 +48,34 @@ class Call {
       throw std::invalid_argument("MindSpore passed NULL params/ndims/dtypes");
     tensors_.reserve(n_in + n_out);
     for (int i = 0; i < n_in + n_out; ++i) tensors_.push_back(view(i));
-    for (int i = 0; i < n_in; ++i) {
-      const at::ScalarType t = tensors_[i].scalar_type();
-      if (!signature.input_dtypes().empty() && !signature.input_dtypes().contains(t)) {
-        throw std::invalid_argument("input " + std::to_string(i) + " has dtype " + ms_dtype_name(t) +
-                                    ", which this operator does not support (supported: " +
-                                    signature.input_dtypes().to_string() + ")");
-      }
-    }
+    for (int i = 0; i < n_in; ++i) input_dtypes_.push_back(tensors_[i].scalar_type());
+    signature.check_input_dtypes(input_dtypes_);
+    check_outputs_against_rules();
   }
 
   const char *name() const { return name_; }
   int num_inputs() const { return signature_.num_inputs(); }
   int num_outputs() const { return signature_.num_outputs(); }
+  const Attrs &attrs() const { return attrs_; }
 
   // Input i as a tensor that aliases MindSpore's buffer (no copy). Writing to it changes the caller's tensor.
   const at::Tensor &input(int i) const { return tensors_.at(check_index(i, num_inputs(), "input")); }
+
+  // Output buffer i. When the signature has shape and dtype rules it was checked against them before the kernel
+  // body started; otherwise check it with the overloads below before writing.
+  at::Tensor &output(int i) { return tensors_.at(num_inputs() + check_index(i, num_outputs(), "output")); }
 
   // Output buffer i, after checking that it has exactly the shape and dtype the operator produces. Use it with
   // ATen's *_out overloads, which write straight into MindSpore's buffer. The check comes first because an _out
   // call into a wrongly sized view resizes the view (with only a warning) and leaves MindSpore's buffer with the
   // wrong shape and garbage; check_outputs_intact() after the body is the second line of defence.
   //
-  // Compute the expected shape in C++ (at::infer_size for broadcasting, at::result_type for promotion, ...)
+  // Compute the expected shape in C++ (at::infer_size for broadcasting, at::native::result_type for promotion)
   // rather than by running the operator on meta tensors: once Python has imported torch, some meta kernels are
   // Python functions (torch/_meta_registrations.py), and the kernel would call into Python from MindSpore's
   // launch thread.
   at::Tensor &output(int i, at::IntArrayRef sizes, at::ScalarType dtype) {
-    at::Tensor &out = output_unchecked(i);
+    at::Tensor &out = output(i);
     check_output(i, out, sizes, dtype);
     return out;
   }
@@ -80,21 +86,24 @@ class Call {
   // Checks `result` against output i, then copies it into MindSpore's buffer: for operators without an _out
   // overload. Nothing is written when the check fails.
   void set_output(int i, const at::Tensor &result) {
-    at::Tensor &out = output_unchecked(i);
+    at::Tensor &out = output(i);
     check_output(i, out, result.sizes(), result.scalar_type());
     out.copy_(result);
   }
 
-  // Output buffer i without any check, for kernels that validate shapes themselves.
-  at::Tensor &output_unchecked(int i) {
-    return tensors_.at(signature_.num_inputs() + check_index(i, num_outputs(), "output"));
+  // Scratch buffer i (byte sizes from the signature's scratch rule). MindSpore provides it as a workspace when
+  // the size was known at Init; otherwise (a size depending on a dynamic dimension) it is allocated for this call.
+  void *scratch(int i) {
+    check_index(i, signature_.num_scratch(), "scratch buffer");
+    if (i < workspaces_) return raw_.params[num_inputs() + num_outputs() + i];
+    if (own_scratch_.empty()) {
+      const ShapeArgs shapes(num_inputs(), raw_.ndims, raw_.shapes, attrs_);
+      for (int64_t bytes : signature_.scratch_rule()(shapes))
+        own_scratch_.push_back(at::empty({bytes}, at::TensorOptions().dtype(at::kByte)));
+    }
+    return own_scratch_.at(i).data_ptr();
   }
-
-  // Workspace buffer i (raw bytes; MindSpore sends no shape or dtype for workspaces).
-  void *workspace(int i) const {
-    const int w = check_index(i, signature_.num_workspaces(), "workspace");
-    return raw_.params[num_inputs() + num_outputs() + w];
-  }
+  bool scratch_is_mindspore_workspace(int i) const { return i < workspaces_; }
 
   // Fails if the kernel body left an output view resized or pointing elsewhere than MindSpore's buffer (an _out
   // call that resized it, or an assignment to it): MindSpore would read its buffer with the declared shape.
@@ -103,8 +112,8 @@ class Call {
     for (int i = 0; i < num_outputs(); ++i) {
       const int k = num_inputs() + i;
       const at::Tensor &out = tensors_[k];
-      const int nd = raw_.ndims[k];
-      const at::IntArrayRef declared(nd > 0 ? raw_.shapes[k] : nullptr, static_cast<size_t>(nd));
+      const at::IntArrayRef declared(raw_.ndims[k] > 0 ? raw_.shapes[k] : nullptr,
+                                     static_cast<size_t>(raw_.ndims[k]));
       if (!out.defined() || out.sizes() != declared || (out.numel() > 0 && out.data_ptr() != raw_.params[k]))
         throw std::logic_error("output " + std::to_string(i) + " no longer views MindSpore's buffer of shape " +
                                shape_string(declared) + " (the kernel resized or replaced it); its data is invalid");
@@ -118,7 +127,7 @@ class Call {
   int check_index(int i, int count, const char *what) const {
     if (i < 0 || i >= count)
       throw std::out_of_range(std::string(what) + " index " + std::to_string(i) + " out of range (" +
-                              std::to_string(count) + " " + what + "s)");
+                              std::to_string(count) + " in all)");
     return i;
   }
 
@@ -129,10 +138,9 @@ class Call {
   at::Tensor view(int i) const {
     const int nd = raw_.ndims[i];
     if (nd < 0) throw std::invalid_argument(describe(i) + " has a negative rank " + std::to_string(nd));
-    if (nd > 0 && raw_.shapes[i] == nullptr)
+    if (nd > 0 && (raw_.shapes == nullptr || raw_.shapes[i] == nullptr))
       throw std::invalid_argument(describe(i) + " has rank " + std::to_string(nd) + " but no shape");
-    std::vector<int64_t> sizes(raw_.shapes && nd > 0 ? raw_.shapes[i] : nullptr,
-                               raw_.shapes && nd > 0 ? raw_.shapes[i] + nd : nullptr);
+    const std::vector<int64_t> sizes(nd > 0 ? raw_.shapes[i] : nullptr, nd > 0 ? raw_.shapes[i] + nd : nullptr);
     for (int64_t s : sizes) {
       if (s < 0)
         throw std::invalid_argument(describe(i) + " has an unresolved dimension in shape " + shape_string(sizes));
@@ -140,15 +148,14 @@ class Call {
     const char *dtype = raw_.dtypes[i];
     if (dtype != nullptr && std::strcmp(dtype, "none") == 0)
       throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
-    const at::ScalarType type = scalar_type_from_ms(dtype);
-    const at::TensorOptions options = at::TensorOptions().dtype(type).device(at::kCPU);
+    const at::TensorOptions options = at::TensorOptions().dtype(scalar_type_from_ms(dtype)).device(at::kCPU);
     int64_t numel = 1;
     for (int64_t s : sizes) numel *= s;
     void *data = raw_.params[i];
     if (numel == 0) {
       // Empty tensors may come without a buffer. A from_blob view of a dummy address (never read: no elements)
       // keeps the storage non-resizable, so an _out call cannot silently allocate a buffer MindSpore never sees.
-      static double dummy alignas(64);
+      alignas(64) static double dummy;
       data = &dummy;
     }
     if (data == nullptr) throw std::invalid_argument(describe(i) + " has no data (NULL buffer)");
@@ -164,10 +171,30 @@ class Call {
     }
   }
 
+  // With rules, every output is checked here, before the body: no kernel needs its own output check.
+  void check_outputs_against_rules() const {
+    if (signature_.shape_rule() == nullptr && signature_.type_rule() == nullptr) return;
+    std::vector<Shape> shapes;
+    std::vector<at::ScalarType> types;
+    if (signature_.shape_rule() != nullptr)
+      shapes = signature_.shape_rule()(ShapeArgs(num_inputs(), raw_.ndims, raw_.shapes, attrs_));
+    if (signature_.type_rule() != nullptr) types = signature_.type_rule()(TypeArgs(input_dtypes_));
+    for (int i = 0; i < num_outputs(); ++i) {
+      const at::Tensor &out = tensors_[num_inputs() + i];
+      const at::IntArrayRef sizes = i < static_cast<int>(shapes.size()) ? at::IntArrayRef(shapes[i]) : out.sizes();
+      const at::ScalarType type = i < static_cast<int>(types.size()) ? types[i] : out.scalar_type();
+      check_output(i, out, sizes, type);
+    }
+  }
+
   const char *name_;
   const Signature &signature_;
   detail::RawArgs raw_;
+  const Attrs &attrs_;
+  int workspaces_;
   std::vector<at::Tensor> tensors_;
+  std::vector<at::ScalarType> input_dtypes_;
+  std::vector<at::Tensor> own_scratch_;
 };
 
 }  // namespace ms_ext

@@ -1,40 +1,75 @@
-// What an entry point expects, stated once (in the spirit of XLA FFI's Bind()): ms_ext checks every call against
-// it before the kernel body runs, so no kernel re-implements argument checking.
+// What an entry point expects and produces, stated once (in the spirit of XLA FFI's Bind()): ms_ext checks every
+// call against it before the kernel body runs, so no kernel re-implements argument checking.
+//
+// A Signature is a literal type: MS_EXT_KERNEL keeps it in a constexpr variable, which lets the macro give the
+// C++ InferShape function the return type MindSpore expects for the kernel's number of outputs.
 #pragma once
 
-#include <ms_ext/detail/dtype.h>
-
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <ms_ext/detail/dtype.h>
+#include <ms_ext/infer.h>
 
 namespace ms_ext {
 
+// Byte sizes of a kernel's scratch buffers for the given input shapes; a size may be kUnknownDim when it depends
+// on a dimension that is unknown when MindSpore initialises the kernel (dynamic shapes).
+using ScratchRule = std::vector<int64_t> (*)(const ShapeArgs &);
+
 class Signature {
  public:
-  // Number of input tensors, output tensors and workspace buffers. MindSpore passes them in that order in
-  // `params`; `nparam` must equal their sum.
-  Signature &inputs(int n) { inputs_ = n; return *this; }
-  Signature &outputs(int n) { outputs_ = n; return *this; }
-  Signature &workspaces(int n) { workspaces_ = n; return *this; }
+  constexpr Signature() = default;
+
+  // Number of input and output tensors. MindSpore passes inputs, outputs, then workspaces in `params`.
+  constexpr Signature &inputs(int n) { inputs_ = n; return *this; }
+  constexpr Signature &outputs(int n) { outputs_ = n; return *this; }
   // Scalar types accepted for every input tensor (all types when never called).
-  Signature &dtypes(const DtypeSet &allowed) { dtypes_ = allowed; return *this; }
+  constexpr Signature &dtypes(const DtypeSet &allowed) { dtypes_ = allowed; return *this; }
+  // Output shapes as a function of input shapes (and attributes). Enables C++ shape inference, hence dynamic
+  // shapes in GRAPH_MODE, and checks MindSpore's output buffers at every launch.
+  constexpr Signature &shapes(ShapeRule rule) { shapes_ = rule; return *this; }
+  // Output dtypes as a function of input dtypes: inference (through aot_ops) and the launch-time check.
+  constexpr Signature &types(TypeRule rule) { types_ = rule; return *this; }
+  // `count` scratch buffers whose byte sizes `rule` gives. ms_ext asks MindSpore for them when the kernel is
+  // initialised; when their size depends on a dimension unknown at that time, it allocates them per call instead.
+  constexpr Signature &scratch(int count, ScratchRule rule) { scratch_count_ = count; scratch_ = rule; return *this; }
 
-  int num_inputs() const { return inputs_; }
-  int num_outputs() const { return outputs_; }
-  int num_workspaces() const { return workspaces_; }
-  const DtypeSet &input_dtypes() const { return dtypes_; }
+  constexpr int num_inputs() const { return inputs_; }
+  constexpr int num_outputs() const { return outputs_; }
+  constexpr const DtypeSet &input_dtypes() const { return dtypes_; }
+  constexpr ShapeRule shape_rule() const { return shapes_; }
+  constexpr TypeRule type_rule() const { return types_; }
+  constexpr int num_scratch() const { return scratch_count_; }
+  constexpr ScratchRule scratch_rule() const { return scratch_; }
 
-  // "inputs=1;outputs=1;workspaces=0;dtypes=float16,float32" (dtypes empty = any). Every MS_EXT_KERNEL exports
-  // it as `ms_ext_signature_<NAME>`, so the Python side checks calls with the same rules before MindSpore launches.
+  // Fails with the message users see (from Python or C++) when an input dtype is not supported.
+  void check_input_dtypes(const std::vector<at::ScalarType> &dtypes) const {
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+      if (!dtypes_.empty() && !dtypes_.contains(dtypes[i]))
+        throw std::invalid_argument("input " + std::to_string(i) + " has dtype " + ms_dtype_name(dtypes[i]) +
+                                    ", which this operator does not support (supported: " + dtypes_.to_string() +
+                                    ")");
+    }
+  }
+
+  // "inputs=1;outputs=1;infer=1;dtypes=float16,float32" (dtypes empty = any; infer=1 when both rules exist). Every
+  // MS_EXT_KERNEL exports it as `ms_ext_signature_<NAME>`, so aot_ops checks calls in Python with the same rules
+  // and lets MindSpore use the C++ inference when the kernel has it.
   std::string describe() const {
     return "inputs=" + std::to_string(inputs_) + ";outputs=" + std::to_string(outputs_) +
-           ";workspaces=" + std::to_string(workspaces_) + ";dtypes=" + dtypes_.to_string(",");
+           ";infer=" + (shapes_ != nullptr && types_ != nullptr ? "1" : "0") + ";dtypes=" + dtypes_.to_string(",");
   }
 
  private:
   int inputs_ = 0;
   int outputs_ = 0;
-  int workspaces_ = 0;
   DtypeSet dtypes_;
+  ShapeRule shapes_ = nullptr;
+  TypeRule types_ = nullptr;
+  int scratch_count_ = 0;
+  ScratchRule scratch_ = nullptr;
 };
 
 }  // namespace ms_ext

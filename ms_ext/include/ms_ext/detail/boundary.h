@@ -1,4 +1,4 @@
-// The exception boundary between a kernel body and MindSpore.
+// The exception boundary between a kernel and MindSpore.
 //
 // MindSpore catches std::exception around a launch and shows its what(); anything else escaping the extern "C"
 // function aborts the process, and a c10::Error's what() carries a full C++ backtrace. So every failure is caught
@@ -18,8 +18,21 @@
 namespace ms_ext {
 namespace detail {
 
-[[noreturn]] inline void raise(const char *op_name, const char *cause) {
-  std::string message = std::string(op_name) + ": " + cause;
+// The text of the exception being handled, without c10's C++ backtrace. Call only inside a catch block.
+inline std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const c10::Error &e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception &e) {
+    return e.what();
+  } catch (...) {
+    return "a C++ exception that does not derive from std::exception was thrown";
+  }
+}
+
+[[noreturn]] inline void raise(const char *op_name, const std::string &cause) {
+  const std::string message = std::string(op_name) + ": " + cause;
   ms_ext_set_last_error(message.c_str());
   throw std::runtime_error(message);
 }
@@ -27,18 +40,13 @@ namespace detail {
 // Runs `body` with every exception converted. Torch's grad mode is thread-local and MindSpore may launch on any of
 // its threads, so it is set explicitly for each call rather than inherited (kernels that need autograd enable it).
 template <typename Body>
-int guarded(const char *op_name, Body &&body) {
+void guarded(const char *op_name, Body &&body) {
   ms_ext_clear_last_error();
   try {
     at::NoGradGuard no_grad;
     body();
-    return 0;
-  } catch (const c10::Error &e) {
-    raise(op_name, e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    raise(op_name, e.what());
   } catch (...) {
-    raise(op_name, "a C++ exception that does not derive from std::exception was thrown");
+    raise(op_name, describe_current_exception());
   }
 }
 

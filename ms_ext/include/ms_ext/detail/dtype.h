@@ -36,6 +36,13 @@ inline at::ScalarType scalar_type_from_ms(const char *dtype) {
                               "uint8, uint16, uint32, uint64, bool, complex64, complex128)");
 }
 
+// The dtypes MindSpore tensors can have. Their index in this table is how dtypes cross the C interface of a
+// kernel's dtype rule (ms_ext_output_types_<NAME>); aot_ops lists them in the same order.
+constexpr int kNumMsDtypes = 15;
+constexpr at::ScalarType kMsDtypeOrder[kNumMsDtypes] = {
+    at::kHalf, at::kFloat, at::kDouble, at::kBFloat16, at::kChar, at::kShort, at::kInt, at::kLong,
+    at::kByte, at::kUInt16, at::kUInt32, at::kUInt64, at::kBool, at::kComplexFloat, at::kComplexDouble};
+
 // The name MindSpore users know for a torch scalar type (used in every error message).
 inline const char *ms_dtype_name(at::ScalarType type) {
   switch (type) {
@@ -58,16 +65,16 @@ inline const char *ms_dtype_name(at::ScalarType type) {
   }
 }
 
-// A set of scalar types an entry point accepts for its inputs.
+// A set of scalar types an entry point accepts for its inputs. A literal type, so a Signature can be constexpr.
 class DtypeSet {
  public:
-  DtypeSet() = default;
-  DtypeSet(std::initializer_list<at::ScalarType> types) {
+  constexpr DtypeSet() = default;
+  constexpr DtypeSet(std::initializer_list<at::ScalarType> types) {
     for (at::ScalarType t : types) bits_ |= bit(t);
   }
-  bool contains(at::ScalarType t) const { return (bits_ & bit(t)) != 0; }
-  bool empty() const { return bits_ == 0; }
-  DtypeSet operator|(const DtypeSet &other) const {
+  constexpr bool contains(at::ScalarType t) const { return (bits_ & bit(t)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr DtypeSet operator|(const DtypeSet &other) const {
     DtypeSet s;
     s.bits_ = bits_ | other.bits_;
     return s;
@@ -82,16 +89,18 @@ class DtypeSet {
   }
 
  private:
-  static unsigned __int128 bit(at::ScalarType t) { return static_cast<unsigned __int128>(1) << static_cast<int>(t); }
+  static constexpr unsigned __int128 bit(at::ScalarType t) {
+    return static_cast<unsigned __int128>(1) << static_cast<int>(t);
+  }
   unsigned __int128 bits_ = 0;
 };
 
-inline DtypeSet floating_types() { return {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}; }
+constexpr DtypeSet floating_types() { return {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}; }
 // The sets follow ATen's dispatch macros (AT_DISPATCH_INTEGRAL_TYPES, AT_BAREBONES_UNSIGNED_TYPES, ...): most
 // CPU kernels support integral_types(); only a few also handle the wide unsigned types.
-inline DtypeSet integral_types() { return {at::kChar, at::kShort, at::kInt, at::kLong, at::kByte}; }
-inline DtypeSet barebones_unsigned_types() { return {at::kUInt16, at::kUInt32, at::kUInt64}; }
-inline DtypeSet complex_types() { return {at::kComplexFloat, at::kComplexDouble}; }
-inline DtypeSet bool_type() { return {at::kBool}; }
+constexpr DtypeSet integral_types() { return {at::kChar, at::kShort, at::kInt, at::kLong, at::kByte}; }
+constexpr DtypeSet barebones_unsigned_types() { return {at::kUInt16, at::kUInt32, at::kUInt64}; }
+constexpr DtypeSet complex_types() { return {at::kComplexFloat, at::kComplexDouble}; }
+constexpr DtypeSet bool_type() { return {at::kBool}; }
 
 }  // namespace ms_ext

@@ -1,0 +1,104 @@
+// ms_ext::Attrs: typed access to a Custom primitive's attributes (`op.add_prim_attr(name, value)` in Python).
+//
+// Reads go through the C interface of ms_ext/src/aot_extra_abi0.cpp, the one translation unit compiled with
+// MindSpore's C++ ABI, so this header is safe in torch-facing (new-ABI) code: no std::string crosses.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ms_ext/c_api.h>
+
+namespace ms_ext {
+
+namespace detail {
+
+template <typename T>
+struct AttrKind;  // which MindSpore attribute kind a C++ type reads
+template <> struct AttrKind<bool> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_BOOL; };
+template <> struct AttrKind<int64_t> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_INT; };
+template <> struct AttrKind<float> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_FLOAT; };
+template <> struct AttrKind<double> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_FLOAT; };
+template <> struct AttrKind<std::string> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_STR; };
+template <> struct AttrKind<std::vector<int64_t>> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_INT_LIST; };
+template <> struct AttrKind<std::vector<float>> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_FLOAT_LIST; };
+template <> struct AttrKind<std::vector<double>> { static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_FLOAT_LIST; };
+template <> struct AttrKind<std::vector<std::vector<int64_t>>> {
+  static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_INT_2D;
+};
+template <> struct AttrKind<std::vector<std::vector<float>>> {
+  static constexpr ms_ext_attr_kind value = MS_EXT_ATTR_FLOAT_2D;
+};
+
+// Owns an ms_ext_attr_value and converts it to the requested C++ type.
+class AttrValue {
+ public:
+  AttrValue() = default;
+  AttrValue(const AttrValue &) = delete;
+  AttrValue &operator=(const AttrValue &) = delete;
+  ~AttrValue() { ms_ext_attr_value_free(&raw); }
+
+  void to(bool *out) const { *out = raw.bool_value != 0; }
+  void to(int64_t *out) const { *out = raw.int_value; }
+  void to(float *out) const { *out = static_cast<float>(raw.float_value); }
+  void to(double *out) const { *out = raw.float_value; }
+  void to(std::string *out) const { out->assign(raw.str, raw.count); }
+  void to(std::vector<int64_t> *out) const { out->assign(raw.ints, raw.ints + raw.count); }
+  void to(std::vector<float> *out) const { out->assign(raw.floats, raw.floats + raw.count); }
+  void to(std::vector<double> *out) const { out->assign(raw.floats, raw.floats + raw.count); }
+  template <typename T>
+  void to(std::vector<std::vector<T>> *out) const {
+    const T *flat = flat_data(static_cast<const T *>(nullptr));
+    out->clear();
+    for (size_t r = 0, offset = 0; r < raw.rows; offset += raw.row_lengths[r], ++r)
+      out->emplace_back(flat + offset, flat + offset + raw.row_lengths[r]);
+  }
+
+  ms_ext_attr_value raw{};
+
+ private:
+  const int64_t *flat_data(const int64_t *) const { return raw.ints; }
+  const float *flat_data(const float *) const { return raw.floats; }
+};
+
+}  // namespace detail
+
+class Attrs {
+ public:
+  explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {}
+
+  bool has(const char *name) const {
+    const int found = ms_ext_extra_has_attr(extra_, name);
+    if (found < 0) throw std::runtime_error(std::string("attribute '") + name + "': " + ms_ext_last_error());
+    return found == 1;
+  }
+
+  // The attribute's value as T (bool, int64_t, float/double, std::string, std::vector<int64_t>,
+  // std::vector<float/double>, or 2-D vectors of int64_t/float). A missing attribute, or one of another kind,
+  // is an error naming the attribute and the expected kind.
+  template <typename T>
+  T get(const char *name) const {
+    constexpr ms_ext_attr_kind kind = detail::AttrKind<T>::value;
+    detail::AttrValue value;
+    if (ms_ext_extra_get_attr(extra_, name, kind, &value.raw) != 0) {
+      throw std::invalid_argument(std::string("attribute '") + name + "' (expected " +
+                                  ms_ext_attr_kind_name(kind) + "): " + ms_ext_last_error());
+    }
+    T out{};
+    value.to(&out);
+    return out;
+  }
+
+  // The attribute's value, or `fallback` when the primitive does not carry it.
+  template <typename T>
+  T get(const char *name, T fallback) const {
+    return has(name) ? get<T>(name) : fallback;
+  }
+
+ private:
+  ms_ext_extra *extra_;
+};
+
+}  // namespace ms_ext

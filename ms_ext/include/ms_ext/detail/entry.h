@@ -1,0 +1,141 @@
+// What the MS_EXT_KERNEL macros expand to: the launch function, the Init hook and the C++ shape inference MindSpore
+// looks up by name (<Func>, <Func>Init, <Func>InferShape), each behind the exception boundary.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <ms_ext/attrs.h>
+#include <ms_ext/c_api.h>
+#include <ms_ext/call.h>
+#include <ms_ext/detail/boundary.h>
+#include <ms_ext/detail/raw_args.h>
+#include <ms_ext/infer.h>
+#include <ms_ext/signature.h>
+#include <ms_ext/state.h>
+
+namespace ms_ext {
+namespace detail {
+
+// MindSpore calls `std::vector<int64_t> <Func>InferShape(...)` for one output and
+// `std::vector<std::vector<int64_t>> <Func>InferShape(...)` for several. std::vector has the same layout in both
+// C++ ABIs, so returning it from new-ABI code to MindSpore is safe (std::string would not be).
+template <int NumOutputs>
+using InferShapeResult = std::conditional_t<NumOutputs == 1, std::vector<int64_t>, std::vector<std::vector<int64_t>>>;
+
+template <int NumOutputs>
+InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature &sig, int *ndims, int64_t **shapes,
+                                               void *extra) {
+  InferShapeResult<NumOutputs> result;
+  guarded(name, [&] {
+    if (sig.shape_rule() == nullptr)
+      throw std::logic_error("the kernel has no shape rule (Signature::shapes); give out_shape in Python instead");
+    const Attrs attrs(extra);
+    std::vector<Shape> out = sig.shape_rule()(ShapeArgs(sig.num_inputs(), ndims, shapes, attrs));
+    if (static_cast<int>(out.size()) != NumOutputs)
+      throw std::logic_error("the shape rule returned " + std::to_string(out.size()) + " shapes for " +
+                             std::to_string(NumOutputs) + " outputs");
+    if constexpr (NumOutputs == 1) {
+      result = std::move(out[0]);
+    } else {
+      result = std::move(out);
+    }
+  });
+  return result;
+}
+
+// Output dtypes for aot_ops, which infers them in Python (as MindSpore tensor types; MindSpore turns a 0-dim output
+// whose type came from a C++ InferType into a Python scalar in GRAPH_MODE). Dtypes travel as indices into
+// kMsDtypeOrder. A C function: failures return -1 with the text in ms_ext_last_error.
+inline int output_types_entry(const char *name, const Signature &sig, int num_inputs, const int *input_codes,
+                              int *output_codes, int capacity) noexcept {
+  try {
+    if (sig.type_rule() == nullptr) throw std::logic_error("the kernel has no dtype rule (Signature::types)");
+    if (num_inputs != sig.num_inputs())
+      throw std::invalid_argument("expected " + std::to_string(sig.num_inputs()) + " input(s), got " +
+                                  std::to_string(num_inputs));
+    std::vector<at::ScalarType> dtypes;
+    for (int i = 0; i < num_inputs; ++i) {
+      if (input_codes[i] < 0 || input_codes[i] >= kNumMsDtypes)
+        throw std::invalid_argument("input " + std::to_string(i) + " has an unknown dtype code");
+      dtypes.push_back(kMsDtypeOrder[input_codes[i]]);
+    }
+    sig.check_input_dtypes(dtypes);
+    const std::vector<at::ScalarType> out = sig.type_rule()(TypeArgs(dtypes));
+    if (static_cast<int>(out.size()) != sig.num_outputs() || static_cast<int>(out.size()) > capacity)
+      throw std::logic_error("the dtype rule returned " + std::to_string(out.size()) + " dtypes for " +
+                             std::to_string(sig.num_outputs()) + " outputs");
+    for (size_t k = 0; k < out.size(); ++k) {
+      output_codes[k] = -1;
+      for (int code = 0; code < kNumMsDtypes; ++code)
+        if (kMsDtypeOrder[code] == out[k]) output_codes[k] = code;
+      if (output_codes[k] < 0)
+        throw std::logic_error(std::string("the dtype rule produced ") + c10::toString(out[k]) +
+                               ", which MindSpore has no dtype for");
+    }
+    return 0;
+  } catch (...) {
+    ms_ext_set_last_error((std::string(name) + ": " + describe_current_exception()).c_str());
+    return -1;
+  }
+}
+
+// The Init hook: parses the state and requests scratch workspaces once per kernel. It never fails towards
+// MindSpore, which would report an empty message: a failure is stored and raised by the first launch.
+template <typename State>
+int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **shapes, void *extra) {
+  auto *data = new KernelData<State>();
+  try {
+    const Attrs attrs(extra);
+    data->state.emplace(attrs);
+    if (sig.num_scratch() > 0) {
+      const std::vector<int64_t> bytes = sig.scratch_rule()(ShapeArgs(sig.num_inputs(), ndims, shapes, attrs));
+      bool known = static_cast<int>(bytes.size()) == sig.num_scratch();
+      for (int64_t b : bytes) known = known && b >= 0;
+      if (known) {  // a size depending on a dynamic dimension is allocated per call instead
+        const std::vector<size_t> sizes(bytes.begin(), bytes.end());
+        if (ms_ext_extra_set_workspace(static_cast<ms_ext_extra *>(extra), sizes.data(), sizes.size()) != 0)
+          throw std::runtime_error(ms_ext_last_error());
+        data->workspaces = sig.num_scratch();
+      }
+    }
+  } catch (...) {
+    data->init_error = describe_current_exception();
+    data->state.reset();
+    ms_ext_set_last_error((std::string(name) + ": " + data->init_error).c_str());
+  }
+  KernelDataBase *base = data;
+  if (ms_ext_extra_set_kernel_data(static_cast<ms_ext_extra *>(extra), base) != 0) {
+    delete data;
+    return 1;
+  }
+  return 0;
+}
+
+template <typename State>
+KernelData<State> *kernel_data(void *extra) {
+  void *data = ms_ext_extra_kernel_data(static_cast<ms_ext_extra *>(extra));
+  return data == nullptr ? nullptr : static_cast<KernelData<State> *>(static_cast<KernelDataBase *>(data));
+}
+
+template <typename State, typename Body>
+int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Body body) {
+  guarded(name, [&] {
+    const Attrs attrs(raw.extra);
+    KernelData<State> *data = kernel_data<State>(raw.extra);
+    if (data != nullptr && !data->init_error.empty())
+      throw std::runtime_error("kernel initialisation failed: " + data->init_error);
+    std::optional<State> local;
+    if (data == nullptr) local.emplace(attrs);  // no Init ran (e.g. a harness call): parse per call
+    const State &state = data != nullptr ? *data->state : *local;
+    Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0);
+    body(call, state);
+    call.check_outputs_intact();
+  });
+  return 0;
+}
+
+}  // namespace detail
+}  // namespace ms_ext

@@ -8,8 +8,10 @@ Public surface:
         where the bundled kernel library lives, for building ops.Custom by hand
     aot_ops.AotOp
         the primitive behind every operator: ops.Custom with torch-inferred outputs
-    aot_ops.last_error(library)
-        the last error text a library recorded (MindSpore drops it for Init hooks and GPU launches)
+    aot_ops.last_error(library), aot_ops.live_kernel_states(library)
+        a library's last error text (MindSpore drops it for GPU launches), its live per-kernel states
+    aot_ops.harness
+        call an entry point exactly as MindSpore does, without MindSpore
 
 Names are loaded on first use, so `python -m aot_ops build` and setup.py do not import MindSpore.
 """
@@ -20,7 +22,8 @@ import importlib
 _LAZY = {
     "library_path": ("._paths", "library_path"),
     "AotOp": ("._primitive", "AotOp"),
-    "last_error": ("._errors", "last_error"),
+    "last_error": ("._runtime", "last_error"),
+    "live_kernel_states": ("._runtime", "live_kernel_states"),
     "leaky_relu": (".operators", "leaky_relu"),
     "add": (".operators", "add"),
     "mul": (".operators", "mul"),

@@ -5,7 +5,6 @@ kernels, user libraries, ATen operators) is an AotOp.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 from pathlib import Path
 from typing import Callable, Mapping
@@ -36,9 +35,9 @@ def stable_identity(library: str | Path, symbol: str, attrs: Mapping[str, object
     return f"{Path(library).name}:{symbol}({described})"
 
 
-@functools.lru_cache(maxsize=None)
 def _reg_info(symbol: str, n_in: int, n_out: int):
-    """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype."""
+    """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype. Built anew for
+    every primitive: Custom modifies the reg_info it is given (it prefixes the op name)."""
     reg = CustomRegOp(symbol)
     for i in range(n_in):
         reg = reg.input(i, f"x{i}")

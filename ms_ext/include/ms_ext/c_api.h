@@ -92,6 +92,11 @@ MS_EXT_EXPORT int64_t ms_ext_extra_workspace_count(ms_ext_extra *extra);
 MS_EXT_EXPORT int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state);
 MS_EXT_EXPORT void *ms_ext_extra_kernel_data(ms_ext_extra *extra);
 
+/* Live per-kernel state objects in this library (created by Init hooks, deleted by MindSpore with the kernel). */
+MS_EXT_EXPORT int64_t ms_ext_live_kernel_states(void);
+MS_EXT_EXPORT void ms_ext_kernel_state_created(void);
+MS_EXT_EXPORT void ms_ext_kernel_state_destroyed(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -14,6 +14,7 @@
 #include <string>
 
 #include <ms_ext/attrs.h>
+#include <ms_ext/c_api.h>
 
 namespace ms_ext {
 
@@ -27,7 +28,10 @@ namespace detail {
 // Layout-compatible with mindspore::AotKernelData (a single virtual destructor): MindSpore deletes the kernel
 // data through that destructor, which runs ours.
 struct KernelDataBase {
-  virtual ~KernelDataBase() = default;
+  KernelDataBase() { ms_ext_kernel_state_created(); }
+  KernelDataBase(const KernelDataBase &) = delete;
+  KernelDataBase &operator=(const KernelDataBase &) = delete;
+  virtual ~KernelDataBase() { ms_ext_kernel_state_destroyed(); }
 };
 
 template <typename State>

@@ -1,4 +1,5 @@
-"""Reading the error text an ms_ext library recorded, where MindSpore does not show it."""
+"""Reading ms_ext's C runtime in a library: the last error text (where MindSpore does not show it) and the
+number of live per-kernel states."""
 from __future__ import annotations
 
 import ctypes
@@ -13,6 +14,7 @@ def _handle(library: str) -> ctypes.CDLL:
     for fn in (lib.ms_ext_last_error, lib.ms_ext_last_error_any_thread):
         fn.restype = ctypes.c_char_p
         fn.argtypes = []
+    lib.ms_ext_live_kernel_states.restype = ctypes.c_int64
     return lib
 
 
@@ -25,3 +27,9 @@ def last_error(library: str | Path, any_thread: bool = True) -> str:
     lib = _handle(str(Path(library).resolve()))
     raw = lib.ms_ext_last_error_any_thread() if any_thread else lib.ms_ext_last_error()
     return raw.decode("utf-8", errors="replace")
+
+
+def live_kernel_states(library: str | Path) -> int:
+    """How many per-kernel state objects of the library are alive (created in Init hooks, freed by MindSpore
+    when it destroys the kernel)."""
+    return int(_handle(str(Path(library).resolve())).ms_ext_live_kernel_states())

@@ -51,7 +51,9 @@ class BuildAotLibraries(build_ext):
 
 
 def cpu_kernel_sources() -> list[Path]:
-    return sorted(p.relative_to(HERE) for p in (HERE / "kernels" / "aten" / "cpu").glob("*.cpp"))
+    """The operator kernels (kernels/aten/cpu) and the generic entry for any ATen operator (kernels/aten/generic)."""
+    folders = (HERE / "kernels" / "aten" / "cpu", HERE / "kernels" / "aten" / "generic")
+    return sorted(p.relative_to(HERE) for folder in folders for p in folder.glob("*.cpp"))
 
 
 setup(

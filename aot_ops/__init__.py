@@ -6,8 +6,10 @@ Public surface:
         ready operators backed by the bundled CPU ATen kernels (see aot_ops.operators)
     aot_ops.library_path()
         where the bundled kernel library lives, for building ops.Custom by hand
+    aot_ops.aten
+        every ATen operator: aten.leaky_relu(x, 0.2), aten.add.Tensor(a, b, alpha=2), aten.op("aten::...", ...)
     aot_ops.AotOp
-        the primitive behind every operator: ops.Custom with torch-inferred outputs
+        the primitive behind every operator: ops.Custom for an ms_ext entry point
     aot_ops.last_error(library), aot_ops.live_kernel_states(library)
         a library's last error text (MindSpore drops it for GPU launches), its live per-kernel states
     aot_ops.harness
@@ -36,6 +38,7 @@ _LAZY = {
     "layer_norm": (".operators", "layer_norm"),
     "permute": (".operators", "permute"),
     "harness": (".harness", None),
+    "aten": (".aten", None),
     "operators": (".operators", None),
 }
 

@@ -98,14 +98,29 @@ class AotOp(ops.Custom):
     def __infer__(self, *args):
         if self.infer is None:
             return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _rule_dtypes
-        dtypes = [_dtypes.to_torch(a["dtype"]) for a in args]
+        shapes, ms_dtypes = _flatten_tuple_arguments(args)
+        dtypes = [_dtypes.to_torch(d) for d in ms_dtypes]
         if self.signature is not None:
             self.signature.check(dtypes)
-        out_shapes, out_dtypes = self.infer([tuple(a["shape"]) for a in args], dtypes)
+        out_shapes, out_dtypes = self.infer(shapes, dtypes)
         ms_dtypes = _tensor_types(out_dtypes)
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}
+
+
+def _flatten_tuple_arguments(args):
+    """Input shapes and dtypes, with a tuple-of-tensors argument (which MindSpore passes to the kernel as
+    consecutive tensors) expanded in place."""
+    shapes, dtypes = [], []
+    for a in args:
+        if isinstance(a["dtype"], (tuple, list)):
+            shapes.extend(tuple(s) for s in a["shape"])
+            dtypes.extend(a["dtype"])
+        else:
+            shapes.append(tuple(a["shape"]))
+            dtypes.append(a["dtype"])
+    return shapes, dtypes
 
 
 def _tensor_types(torch_dtypes) -> list:

@@ -1,0 +1,42 @@
+"""bprop functions of fixed arity for generic ATen operators.
+
+MindSpore calls a Custom primitive's bprop as bprop(*inputs, out, dout), and GRAPH_MODE compiles it from its
+source: it must name every parameter (a `*args` bprop is refused) and cannot be generated with exec (MindSpore
+needs the source file). Hence one definition per number of tensor inputs, up to MAX_INPUTS. `dout` is a tuple
+when the operator has several outputs; MindSpore passes a tuple argument to a Custom primitive as consecutive
+tensors, which is what the backward kernel expects.
+"""
+from __future__ import annotations
+
+MAX_INPUTS = 8
+
+
+def make_bprop(backward, num_inputs: int):
+    """bprop for an operator with `num_inputs` tensor inputs whose backward kernel is `backward`."""
+    if num_inputs == 1:
+        def bprop(a, out, dout):
+            return (backward(a, dout),)  # one input: the backward kernel has one output
+    elif num_inputs == 2:
+        def bprop(a, b, out, dout):
+            return backward(a, b, dout)
+    elif num_inputs == 3:
+        def bprop(a, b, c, out, dout):
+            return backward(a, b, c, dout)
+    elif num_inputs == 4:
+        def bprop(a, b, c, d, out, dout):
+            return backward(a, b, c, d, dout)
+    elif num_inputs == 5:
+        def bprop(a, b, c, d, e, out, dout):
+            return backward(a, b, c, d, e, dout)
+    elif num_inputs == 6:
+        def bprop(a, b, c, d, e, f, out, dout):
+            return backward(a, b, c, d, e, f, dout)
+    elif num_inputs == 7:
+        def bprop(a, b, c, d, e, f, g, out, dout):
+            return backward(a, b, c, d, e, f, g, dout)
+    elif num_inputs == 8:
+        def bprop(a, b, c, d, e, f, g, h, out, dout):
+            return backward(a, b, c, d, e, f, g, h, dout)
+    else:
+        return None  # no gradient: MindSpore reports "bprop not defined" if one is asked for
+    return bprop

@@ -1,0 +1,223 @@
+"""Finding ATen operators and binding Python arguments to their schemas (torch's own schema objects)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+_NOT_TENSOR_TO_TENSOR_TAGS = {
+    torch.Tag.dynamic_output_shape: "its output size depends on the input values",
+    torch.Tag.data_dependent_output: "its output depends on the input values in a way that cannot be inferred",
+    torch.Tag.nondeterministic_seeded: "it draws random numbers, which cannot match torch",
+}
+
+
+class CallTimeTensor:
+    """Placeholder for a tensor argument supplied when the operator is called (aten.op(...) creation)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "<tensor>"
+
+
+CALL_TIME = CallTimeTensor()
+
+
+def real_type(arg) -> tuple[str, bool]:
+    """(type without Optional, is optional), e.g. ("List[int]", True) for `int[]? dim`."""
+    text = str(arg.real_type)
+    if text.startswith("Optional[") and text.endswith("]"):
+        return text[len("Optional["):-1], True
+    return text, False
+
+
+def is_tensor_value(value: Any) -> bool:
+    import mindspore as ms
+
+    return value is CALL_TIME or isinstance(value, (ms.Tensor, torch.Tensor))
+
+
+def _accepts(type_name: str, value: Any) -> bool:
+    """Whether `value` can be passed for an argument of this (non-optional) schema type."""
+    if type_name == "Tensor":
+        return is_tensor_value(value)
+    if type_name == "List[Tensor]":
+        return isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value)
+    if type_name == "List[Optional[Tensor]]":
+        return isinstance(value, (list, tuple)) and all(v is None or is_tensor_value(v) for v in value)
+    if type_name in ("int", "SymInt"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_name == "bool":
+        return isinstance(value, bool)
+    if type_name == "number":
+        return isinstance(value, (bool, int, float))
+    if type_name == "str":
+        return isinstance(value, str)
+    if type_name == "ScalarType":
+        return _is_dtype(value)
+    if type_name in ("List[int]", "List[SymInt]"):
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
+    if type_name == "List[float]":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value)
+    if type_name == "List[bool]":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, bool) for v in value)
+    return False  # Device, Layout, MemoryFormat, Generator, ...: only None is accepted (checked by the caller)
+
+
+def _is_dtype(value: Any) -> bool:
+    if isinstance(value, torch.dtype):
+        return True
+    try:
+        from .. import _dtypes
+
+        _dtypes.to_torch(value)
+        return True
+    except (TypeError, KeyError, AttributeError):
+        return False
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """An overload and one value per schema argument (defaults filled in), in schema order."""
+
+    overload: torch._ops.OpOverload
+    values: tuple
+
+    @property
+    def schema(self):
+        return self.overload._schema
+
+    @property
+    def qualified_name(self) -> str:
+        s = self.schema
+        return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
+
+
+def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
+    """Binds like Python binds a call: positional, then keywords, then defaults; TypeError when it does not fit."""
+    schema = overload._schema
+    params = [a for a in schema.arguments if not a.is_out]
+    positional = [a for a in params if not a.kwarg_only]
+    if len(args) > len(positional):
+        raise TypeError(f"takes {len(positional)} positional argument(s) but {len(args)} were given")
+    values: dict[str, Any] = {a.name: v for a, v in zip(positional, args)}
+    names = {a.name for a in params}
+    for key, value in kwargs.items():
+        if key not in names:
+            raise TypeError(f"got an unexpected keyword argument '{key}'")
+        if key in values:
+            raise TypeError(f"got multiple values for argument '{key}'")
+        values[key] = value
+    ordered = []
+    for a in params:
+        if a.name in values:
+            value = values[a.name]
+        elif a.has_default_value():
+            value = a.default_value
+        else:
+            raise TypeError(f"missing required argument '{a.name}'")
+        type_name, optional = real_type(a)
+        if value is None and optional:
+            ordered.append(None)
+            continue
+        if not _accepts(type_name, value):
+            raise TypeError(f"argument '{a.name}' must be {a.real_type}, not {type(value).__name__}")
+        ordered.append(value)
+    return BoundCall(overload, tuple(ordered))
+
+
+def describe_schema(packet: torch._ops.OpOverloadPacket) -> str:
+    return "\n".join(f"  {getattr(packet, name)._schema}" for name in functional_overloads(packet))
+
+
+@functools.lru_cache(maxsize=None)
+def functional_overloads(packet: torch._ops.OpOverloadPacket) -> tuple[str, ...]:
+    """Overload names in torch's resolution order, without in-place and out= variants."""
+    order = [s.overload_name for s in torch._C._jit_get_schemas_for_operator(packet._qualified_op_name)]
+    names = [n or "default" for n in order]
+    return tuple(n for n in names if n in packet.overloads() and not getattr(packet, n)._schema.is_mutable)
+
+
+def packet_for(name: str) -> torch._ops.OpOverloadPacket:
+    """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu (AttributeError with a clear text)."""
+    short = name.split("::", 1)[1] if name.startswith("aten::") else name
+    try:
+        return getattr(torch.ops.aten, short)
+    except (AttributeError, RuntimeError):
+        raise AttributeError(f"unknown ATen operator 'aten::{short}'") from None
+
+
+def overload_for(name: str) -> torch._ops.OpOverload | None:
+    """`aten::add.Tensor` -> that overload; `aten::add` -> None (to be resolved from the arguments)."""
+    short = name.split("::", 1)[1] if name.startswith("aten::") else name
+    if "." not in short:
+        return None
+    op_name, overload_name = short.split(".", 1)
+    packet = packet_for(op_name)
+    try:
+        return getattr(packet, overload_name)
+    except AttributeError:
+        raise AttributeError(f"aten::{op_name} has no overload '{overload_name}'; its overloads are:\n"
+                             f"{describe_schema(packet)}") from None
+
+
+def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
+    """The first overload (in torch's order) the arguments bind to, like torch.ops.aten.<op>(...) picks one."""
+    errors = []
+    for name in functional_overloads(packet):
+        try:
+            return bind(getattr(packet, name), args, kwargs)
+        except TypeError as exc:
+            errors.append(f"  {getattr(packet, name)._schema}: {exc}")
+    raise TypeError(f"aten::{packet._qualified_op_name.split('::')[-1]}: no overload matches these arguments:\n"
+                    + "\n".join(errors))
+
+
+def check_in_scope(overload: torch._ops.OpOverload) -> None:
+    """Refuses, when the operator is created, what cannot be a tensor -> tensor aot operator."""
+    schema = overload._schema
+    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    for tag, why in _NOT_TENSOR_TO_TENSOR_TAGS.items():
+        if tag in overload.tags:
+            raise ValueError(f"{name} cannot be bridged: {why}")
+    if schema.is_mutable:
+        raise ValueError(f"{name} cannot be bridged: it modifies its arguments (use the functional overload)")
+    if not schema.returns:
+        raise ValueError(f"{name} cannot be bridged: it returns nothing")
+    for ret in schema.returns:
+        if str(ret.type) not in ("Tensor", "List[Tensor]"):
+            raise ValueError(f"{name} cannot be bridged: it returns {ret.type}, not tensors")
+    if not any(real_type(a)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]") for a in schema.arguments):
+        raise ValueError(f"{name} cannot be bridged: it takes no tensor (a factory function)")
+
+
+@functools.lru_cache(maxsize=None)
+def out_variant(overload: torch._ops.OpOverload) -> str:
+    """The out= overload computing the same thing into given tensors ("aten::add.out"), or "" if none.
+
+    It must take the functional overload's arguments, in the same order and with the same types, followed only by
+    one out tensor per returned tensor."""
+    schema = overload._schema
+    if any(str(r.type) != "Tensor" for r in schema.returns):
+        return ""
+    functional = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = packet_for(schema.name)
+    for name in packet.overloads():
+        candidate = getattr(packet, name)._schema
+        outs = [a for a in candidate.arguments if a.is_out]
+        rest = [(a.name, str(a.type)) for a in candidate.arguments if not a.is_out]
+        if (outs and rest == functional and len(outs) == len(schema.returns)
+                and [a.name for a in candidate.arguments[len(rest):]] == [a.name for a in outs]):
+            return f"{candidate.name}.{candidate.overload_name}"
+    return ""

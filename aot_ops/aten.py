@@ -1,0 +1,96 @@
+"""Any ATen operator as a MindSpore operator, forward and backward, with no compiler run.
+
+    from aot_ops import aten
+    y = aten.leaky_relu(x, 0.2)                     # PyNative: called like torch.ops.aten
+    y = aten.add.Tensor(a, b, alpha=2)              # an explicit overload
+    op = aten.op("aten::layer_norm", normalized_shape=[64], eps=1e-5)   # a ready operator for nn.Cell
+    ... construct(self, x): return self.op(x, self.weight, self.bias)    # GRAPH_MODE and PyNative
+
+Tensors are MindSpore tensors; every other argument (ints, floats, bools, strings, lists, dtypes, None) is fixed
+when the operator is made and travels to the kernel as attributes. Outputs are inferred with torch on the meta
+device, so shapes, broadcasting and type promotion are torch's; gradients come from torch autograd, replayed in
+the kernel. Operators whose output size depends on data, random operators, in-place and out= overloads are
+refused when the operator is made. One precompiled entry point (AtenOp in the bundled library) runs them all.
+"""
+from __future__ import annotations
+
+import typing as _typing
+
+from ._aten import operator as _operator
+from ._aten import schema as _schema
+
+__all__ = ["op"]
+
+
+def _run(call: _schema.BoundCall):
+    operator, tensors = _operator.operator_for(call)
+    return operator(*tensors)
+
+
+class Overload:
+    """One overload, e.g. aten.add.Tensor."""
+
+    def __init__(self, overload):
+        self._overload = overload
+
+    def __call__(self, *args, **kwargs):
+        try:
+            call = _schema.bind(self._overload, args, kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self._overload._schema}: {exc}") from None
+        return _run(call)
+
+    def __repr__(self):
+        return f"aten overload {self._overload._schema}"
+
+
+class OpPacket:
+    """All overloads of one operator, e.g. aten.add; calling it picks the overload the arguments fit."""
+
+    def __init__(self, name: str):
+        self._packet = _schema.packet_for(name)
+
+    def __call__(self, *args, **kwargs):
+        return _run(_schema.resolve(self._packet, args, kwargs))
+
+    def __getattr__(self, overload: str) -> Overload:
+        if overload.startswith("_"):
+            raise AttributeError(overload)
+        return Overload(_schema.overload_for(f"{self._packet._qualified_op_name}.{overload}"))
+
+    def __repr__(self):
+        return f"aten operator with overloads:\n{_schema.describe_schema(self._packet)}"
+
+
+def op(name: str, **fixed: _typing.Any):
+    """A ready MindSpore operator (an AotOp) for `name` ("aten::layer_norm" or "aten::add.Tensor") with the
+    non-tensor arguments fixed now; call it with the remaining tensor arguments, in schema order.
+
+    The same (operator, arguments) gives the same cached operator, so a training loop does not rebuild it."""
+    overload = _schema.overload_for(name)
+    if overload is not None:
+        candidates = [overload]
+    else:
+        packet = _schema.packet_for(name)
+        candidates = [getattr(packet, n) for n in _schema.functional_overloads(packet)]
+    errors = []
+    for candidate in candidates:
+        args = dict(fixed)
+        for a in candidate._schema.arguments:
+            if not a.is_out and a.name not in args and _schema.real_type(a)[0] == "Tensor":
+                args[a.name] = _schema.CALL_TIME
+        try:
+            call = _schema.bind(candidate, (), args)
+        except TypeError as exc:
+            errors.append(f"  {candidate._schema}: {exc}")
+            continue
+        operator, _ = _operator.operator_for(call)
+        return operator
+    raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
+
+
+def __getattr__(name: str) -> OpPacket:
+    """aten.<name> for every ATen operator."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    return OpPacket(name)

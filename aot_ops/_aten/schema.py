@@ -128,6 +128,8 @@ def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str,
         else:
             raise TypeError(f"missing required argument '{a.name}'")
         type_name, optional = real_type(a)
+        if type_name == "int" and a.name == "reduction" and isinstance(value, str):
+            value = _reduction(value)  # losses take torch.nn.functional's strings too
         if value is None and optional:
             ordered.append(None)
             continue
@@ -135,6 +137,16 @@ def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str,
             raise TypeError(f"argument '{a.name}' must be {a.real_type}, not {type(value).__name__}")
         ordered.append(value)
     return BoundCall(overload, tuple(ordered))
+
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # at::Reduction
+
+
+def _reduction(text: str) -> int:
+    try:
+        return _REDUCTIONS[text]
+    except KeyError:
+        raise TypeError(f"argument 'reduction' must be one of {sorted(_REDUCTIONS)}, not '{text}'") from None
 
 
 def describe_schema(packet: torch._ops.OpOverloadPacket) -> str:

@@ -13,6 +13,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,10 @@ struct AtenPlan {
   std::optional<c10::OperatorHandle> out_op;
   int num_inputs = 0;
   std::vector<Arg> args;
+  // Some out= kernels write intermediate results into `out` at another shape (mse_loss.out computes the
+  // elementwise loss in it before reducing). Into MindSpore's fixed-size buffer that fails at the resize, before
+  // anything is written; the plan then uses the functional overload from that call on.
+  mutable std::atomic<bool> out_op_resizes{false};
 
   explicit AtenPlan(const ms_ext::Attrs &attrs) : name(attrs.get<std::string>("aten_op")) {
     op = find_operator(name);
@@ -209,10 +214,30 @@ extern "C" MS_EXT_EXPORT int AtenOp(int nparam, void **params, int *ndims, int64
     const ms_ext::Signature sig = ms_ext::Signature().inputs(plan.num_inputs).outputs(nparam - plan.num_inputs);
     ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0);
     torch::jit::Stack s = plan.stack([&](int64_t i) { return call.input(static_cast<int>(i)); });
-    if (plan.out_op) {
-      for (int i = 0; i < call.num_outputs(); ++i) s.emplace_back(call.output(i));
-      plan.out_op->callBoxed(s);
-    } else {
+    if (plan.out_op && !plan.out_op_resizes.load()) {
+      // Aliases of the output views: a failed resize changes an alias's shape, not the views Call checks.
+      torch::jit::Stack with_outputs = s;
+      std::vector<at::Tensor> aliases;
+      for (int i = 0; i < call.num_outputs(); ++i) {
+        aliases.push_back(call.output(i).alias());
+        with_outputs.emplace_back(aliases.back());
+      }
+      try {
+        plan.out_op->callBoxed(with_outputs);
+        for (int i = 0; i < call.num_outputs(); ++i) {
+          if (!aliases[i].is_alias_of(call.output(i)) || aliases[i].sizes() != call.output(i).sizes())
+            throw std::logic_error("the out= overload left output " + std::to_string(i) + " with shape " +
+                                   ms_ext::shape_string(aliases[i].sizes()) + " instead of " +
+                                   ms_ext::shape_string(call.output(i).sizes()));
+        }
+        call.check_outputs_intact();
+        return;
+      } catch (const c10::Error &e) {
+        if (std::string(e.what()).find("Trying to resize storage that is not resizable") == std::string::npos) throw;
+        plan.out_op_resizes.store(true);
+      }
+    }
+    {
       plan.op->callBoxed(s);
       const std::vector<at::Tensor> results = flatten_results(s);
       if (static_cast<int>(results.size()) != call.num_outputs())

@@ -1,0 +1,187 @@
+"""Any ATen operator through the generic entry point: forward and gradient against torch, both modes, and errors."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aot_ops import aten
+from support import as_tuple, assert_same, run_forward, run_vjp, sample, to_ms, torch_vjp
+
+
+def f64(*shape, seed=0):
+    return sample(shape, torch.float64, seed)
+
+
+def index(high, *shape, seed=0):
+    return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str                      # the aten operator aten.op() makes
+    fixed: dict                    # its non-tensor arguments
+    inputs: Callable[[], list]     # the tensors it is called with
+    reference: Callable            # torch on the same tensors
+    gradient: bool = True
+    tolerances: dict = field(default_factory=dict)
+
+
+CASES = [
+    Case("aten::leaky_relu", {"negative_slope": 0.2}, lambda: [f64(3, 4)], lambda x: F.leaky_relu(x, 0.2)),
+    Case("aten::add.Tensor", {"alpha": 2}, lambda: [f64(3, 4), f64(4, seed=1)], lambda a, b: torch.add(a, b, alpha=2)),
+    Case("aten::where.self", {}, lambda: [f64(3, 4) > 0, f64(3, 4, seed=1), f64(1, 4, seed=2)], torch.where),
+    Case("aten::sum.dim_IntList", {"dim": [1], "keepdim": True}, lambda: [f64(3, 4, 5)],
+         lambda x: torch.sum(x, [1], keepdim=True)),
+    Case("aten::amax", {"dim": [0, 2]}, lambda: [f64(3, 4, 5)], lambda x: torch.amax(x, [0, 2])),
+    Case("aten::addmm", {"beta": 0.5, "alpha": 2.0}, lambda: [f64(5), f64(3, 4, seed=1), f64(4, 5, seed=2)],
+         lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0)),
+    Case("aten::bmm", {}, lambda: [f64(2, 3, 4), f64(2, 4, 5, seed=1)], torch.bmm),
+    Case("aten::convolution", {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "transposed": False,
+                               "output_padding": [0, 0], "groups": 1},
+         lambda: [f64(2, 3, 6, 6), f64(4, 3, 3, 3, seed=1), f64(4, seed=2)],
+         lambda x, w, b: F.conv2d(x, w, b, padding=1)),
+    Case("aten::max_pool2d_with_indices", {"kernel_size": [2, 2]}, lambda: [f64(2, 3, 6, 6)],
+         lambda x: F.max_pool2d(x, 2, return_indices=True)),
+    Case("aten::avg_pool2d", {"kernel_size": [2, 2]}, lambda: [f64(2, 3, 6, 6)], lambda x: F.avg_pool2d(x, 2)),
+    Case("aten::native_layer_norm", {"normalized_shape": [8], "eps": 1e-5},
+         lambda: [f64(4, 8), f64(8, seed=1), f64(8, seed=2)],
+         lambda x, w, b: torch.native_layer_norm(x, [8], w, b, 1e-5)),
+    Case("aten::group_norm", {"num_groups": 2}, lambda: [f64(2, 4, 3, 3), f64(4, seed=1), f64(4, seed=2)],
+         lambda x, w, b: F.group_norm(x, 2, w, b)),
+    Case("aten::gather", {"dim": 1}, lambda: [f64(3, 4), index(4, 3, 2)], lambda x, i: torch.gather(x, 1, i)),
+    Case("aten::index_select", {"dim": 0}, lambda: [f64(5, 3), index(5, 4)],
+         lambda x, i: torch.index_select(x, 0, i)),
+    Case("aten::scatter.src", {"dim": 1}, lambda: [f64(3, 5), torch.tensor([[0, 3], [1, 4], [2, 0]]), f64(3, 2)],
+         lambda x, i, s: torch.scatter(x, 1, i, s)),
+    Case("aten::_softmax", {"dim": 1, "half_to_float": False}, lambda: [f64(3, 4)], lambda x: torch.softmax(x, 1)),
+    Case("aten::_log_softmax", {"dim": 1, "half_to_float": False}, lambda: [f64(3, 4)],
+         lambda x: torch.log_softmax(x, 1)),
+    Case("aten::mse_loss", {"reduction": "sum"}, lambda: [f64(3, 4), f64(3, 4, seed=1)],
+         lambda x, y: F.mse_loss(x, y, reduction="sum")),
+    Case("aten::nll_loss", {"weight": None, "reduction": "mean"},
+         lambda: [torch.log_softmax(f64(4, 5), 1), index(5, 4)], lambda x, t: F.nll_loss(x, t)),
+    Case("aten::smooth_l1_loss", {"reduction": "none", "beta": 0.5}, lambda: [f64(3, 4), f64(3, 4, seed=1)],
+         lambda x, y: F.smooth_l1_loss(x, y, reduction="none", beta=0.5)),
+    Case("aten::topk", {"k": 2}, lambda: [f64(3, 5)], lambda x: tuple(torch.topk(x, 2))),
+    Case("aten::sort", {"dim": -1}, lambda: [f64(3, 5)], lambda x: tuple(torch.sort(x, -1))),
+    Case("aten::max.dim", {"dim": 1}, lambda: [f64(3, 5)], lambda x: tuple(torch.max(x, 1))),
+    Case("aten::cumsum", {"dim": 1}, lambda: [f64(3, 4)], lambda x: torch.cumsum(x, 1)),
+    Case("aten::transpose.int", {"dim0": 0, "dim1": 1}, lambda: [f64(3, 4)], lambda x: x.transpose(0, 1)),
+    Case("aten::clamp", {"min": -0.5, "max": 0.5}, lambda: [f64(3, 4)], lambda x: torch.clamp(x, -0.5, 0.5)),
+    Case("aten::pow.Tensor_Scalar", {"exponent": 3}, lambda: [f64(3, 4)], lambda x: torch.pow(x, 3)),
+]
+IDS = [c.name.split("::")[1] for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_matches_torch(case, mode):
+    inputs = case.inputs()
+    actual = run_forward(aten.op(case.name, **case.fixed), inputs)
+    expected = as_tuple(case.reference(*inputs))
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e.contiguous())
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.gradient], ids=[i for c, i in zip(CASES, IDS) if c.gradient])
+def test_gradient_matches_torch_autograd(case, mode):
+    inputs = case.inputs()
+    outputs = as_tuple(case.reference(*inputs))
+    cotangents = [sample(o.shape, o.dtype, seed=50 + k) for k, o in enumerate(outputs)]
+    expected = torch_vjp(case.reference, inputs, cotangents)
+    actual = run_vjp(aten.op(case.name, **case.fixed), inputs, cotangents)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert_same(a, e)
+
+
+def test_pynative_functional_calls_like_torch_ops_aten():
+    x, y = f64(3, 4), f64(4, seed=1)
+    out = aten.add.Tensor(to_ms(x), to_ms(y), alpha=2)
+    assert_same(torch.from_numpy(out.asnumpy()), torch.add(x, y, alpha=2))
+    values, indices = aten.max(to_ms(x), 1)  # overload picked from the arguments, as torch does: max.dim
+    assert_same(torch.from_numpy(indices.asnumpy()), torch.max(x, 1).indices)
+    idx, values = torch.tensor([2, 0]), f64(2, 4, seed=3)
+    put = aten.index_put(to_ms(x), [to_ms(idx)], to_ms(values))  # a list of optional tensors
+    assert_same(torch.from_numpy(put.asnumpy()), torch.index_put(x, [idx], values))
+    cat = aten.cat([to_ms(x), to_ms(x)], 1)
+    assert_same(torch.from_numpy(cat.asnumpy()), torch.cat([x, x], 1))
+
+
+def test_pynative_gradient_through_a_functional_chain():
+    x = f64(3, 4)
+    dx = ms.grad(lambda t: aten.sum(aten.mul.Tensor(aten.sin(t), t)))(to_ms(x))
+    leaf = x.clone().requires_grad_()
+    torch.sum(torch.sin(leaf) * leaf).backward()
+    assert_same(torch.from_numpy(dx.asnumpy()), leaf.grad)
+
+
+def test_operators_are_cached_per_configuration():
+    assert aten.op("aten::leaky_relu", negative_slope=0.2) is aten.op("aten::leaky_relu", negative_slope=0.2)
+    assert aten.op("aten::leaky_relu", negative_slope=0.2) is not aten.op("aten::leaky_relu", negative_slope=0.3)
+
+
+def test_float_arguments_keep_double_precision():
+    """MindSpore stores float attributes as float32; the bridge sends floats as text so ATen gets the double."""
+    x = torch.tensor([1.0], dtype=torch.float64)
+    (y,) = run_forward(aten.op("aten::mul.Scalar", other=0.1), [x])
+    assert y.item() == 0.1
+
+
+# ---- errors -----------------------------------------------------------------------------------------------------
+
+def assert_next_call_works():
+    x = f64(2, 3)
+    (y,) = run_forward(aten.op("aten::leaky_relu", negative_slope=0.2), [x])
+    assert_same(y, F.leaky_relu(x, 0.2))
+
+
+def test_unknown_operator():
+    with pytest.raises(AttributeError, match=r"unknown ATen operator 'aten::not_an_operator'"):
+        aten.op("aten::not_an_operator")
+    with pytest.raises(AttributeError, match=r"aten::add has no overload 'Nope'"):
+        aten.op("aten::add.Nope")
+    assert_next_call_works()
+
+
+def test_wrong_arguments_show_the_schema():
+    with pytest.raises(TypeError, match=r"aten::add.Tensor\(Tensor self, Tensor other, \*, Scalar alpha=1\) -> "
+                                        r"Tensor: missing required argument 'other'"):
+        aten.add.Tensor(to_ms(f64(2)))
+    with pytest.raises(TypeError, match=r"aten::leaky_relu: no overload matches these arguments:\n.*"
+                                        r"argument 'negative_slope' must be number, not str"):
+        aten.leaky_relu(to_ms(f64(2)), "steep")
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'slope'"):
+        aten.op("aten::leaky_relu", slope=0.1)
+    assert_next_call_works()
+
+
+@pytest.mark.parametrize("name,why", [("aten::nonzero", "its output size depends on the input values"),
+                                      ("aten::masked_select", "its output size depends on the input values"),
+                                      ("aten::bernoulli", "it draws random numbers"),
+                                      ("aten::add_.Tensor", "no overload|modifies its arguments")])
+def test_operators_that_are_not_tensor_to_tensor_are_refused_at_creation(name, why):
+    with pytest.raises((ValueError, AttributeError, TypeError), match=why):
+        aten.op(name)
+    assert_next_call_works()
+
+
+def test_shape_errors_are_found_while_inferring(mode):
+    with pytest.raises(ValueError, match=r"aten::mm: cannot run on inputs \(\[2, 3\] float64, \[4, 5\] float64\)"):
+        run_forward(aten.op("aten::mm"), [f64(2, 3), f64(4, 5)])
+    assert_next_call_works()
+
+
+def test_aten_runtime_error_has_torchs_message_without_backtrace(mode):
+    with pytest.raises(RuntimeError) as info:
+        run_forward(aten.op("aten::index_select", dim=0), [f64(3, 2), torch.tensor([0, 7])])
+    text = str(info.value)
+    assert "aten::index_select: index out of range in self" in text
+    assert "Exception raised from" not in text
+    assert_next_call_works()

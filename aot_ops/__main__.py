@@ -1,6 +1,7 @@
 """Command line: python -m aot_ops <command>.
 
     build SRC... -o OUT.so   compile aot sources that include <ms_ext/ms_ext.h> into a library MindSpore can load
+    conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
 """
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["conformance"]:  # its own argument parser (aot_ops/conformance.py)
+        from . import conformance
+
+        return conformance.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m aot_ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -11,6 +11,7 @@ import torch
 from mindspore import nn, ops
 
 from aot_ops import _dtypes
+from aot_ops._convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
 
 MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
 
@@ -20,21 +21,6 @@ ALL_DTYPES = (
     torch.bool, torch.complex64, torch.complex128,
 )
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def to_ms(t: torch.Tensor) -> ms.Tensor:
-    if t.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
-        return ms.Tensor(t.float().numpy()).astype(ms.bfloat16)
-    return ms.Tensor(t.numpy())
-
-
-def to_torch(x: ms.Tensor) -> torch.Tensor:
-    if x.dtype == ms.bfloat16:
-        return torch.from_numpy(x.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-    array = x.asnumpy()
-    # MindSpore returns uint64 as numpy's `ulonglong`, which torch rejects; the same bytes as `<u8` it accepts.
-    # (np.array keeps 0-dim arrays 0-dim, unlike np.ascontiguousarray.)
-    return torch.from_numpy(np.array(array.view(np.dtype(array.dtype.str))))
 
 
 def as_tuple(x):

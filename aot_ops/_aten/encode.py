@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .schema import BoundCall, real_type
+from .schema import BoundCall, real_type, same_as_none
 
 
 class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in aten_op.cpp
@@ -64,7 +64,7 @@ def encode(call: BoundCall) -> tuple[dict[str, Any], list[Any], tuple]:
     for i, (arg, value) in enumerate(zip(call.schema.arguments, call.values)):
         type_name, _ = real_type(arg)
         name = f"aten_arg_{i}"
-        if value is None:
+        if value is None or same_as_none(type_name):
             kind, encoded = ArgKind.NONE, None
         elif type_name == "Tensor":
             kind, encoded = ArgKind.TENSOR, add_input(value)

@@ -14,7 +14,7 @@ from .._paths import library_path
 from .._primitive import AotOp
 from .bprops import make_bprop
 from .encode import encode
-from .schema import BoundCall, check_in_scope, out_variant, real_type
+from .schema import BoundCall, check_in_scope, out_variant, real_type, same_as_none
 
 _operators: dict[tuple, AotOp] = {}
 
@@ -35,6 +35,8 @@ def _substitute(call: BoundCall, tensors) -> tuple[list[Any], dict[str, Any]]:
             from .. import _dtypes
 
             value = _dtypes.to_torch(value)
+        elif same_as_none(type_name):
+            value = None  # a CPU device would make the meta run copy out of its meta tensors
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:

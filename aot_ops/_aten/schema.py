@@ -72,7 +72,22 @@ def _accepts(type_name: str, value: Any) -> bool:
         return isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value)
     if type_name == "List[bool]":
         return isinstance(value, (list, tuple)) and all(isinstance(v, bool) for v in value)
-    return False  # Device, Layout, MemoryFormat, Generator, ...: only None is accepted (checked by the caller)
+    if type_name in _SAME_AS_NONE:
+        return _SAME_AS_NONE[type_name](value)
+    return False  # Generator, ...: only None is accepted (checked by the caller)
+
+
+# Arguments whose only meaningful values here mean the same as None: the kernel runs on CPU, on strided tensors,
+# and MindSpore receives every output as a contiguous copy (so a memory format changes no value).
+_SAME_AS_NONE = {
+    "Layout": lambda v: v == torch.strided,
+    "Device": lambda v: torch.device(v).type == "cpu" if isinstance(v, (str, torch.device)) else False,
+    "MemoryFormat": lambda v: isinstance(v, torch.memory_format),
+}
+
+
+def same_as_none(type_name: str) -> bool:
+    return type_name in _SAME_AS_NONE
 
 
 def _is_dtype(value: Any) -> bool:

@@ -1,0 +1,348 @@
+"""Conformance of the ATen bridge on PyTorch's own test suite (the OpInfo database).
+
+    python -m aot_ops conformance [--ops add,mul] [--samples 3] [--json report.json]
+
+For every OpInfo (torch.testing._internal.common_methods_invocations.op_db) and its CPU float32 sample inputs:
+1. run the op in torch eager while a TorchDispatchMode records the ATen calls it makes;
+2. replay those calls through the bridge inside MindSpore (aot_ops.aten: the AtenOp entry point), in PyNative,
+   and each call once more as a GRAPH_MODE cell;
+3. compare outputs with torch eager, and the gradient (MindSpore autodiff through the bridged operators' backward
+   kernels) with torch autograd.
+Ops that are not tensor -> tensor (factories, random, data-dependent output sizes, non-tensor results) are listed
+as out of scope with the reason. Factory calls inside an op (torch.zeros in a composite) are replayed as the
+constants they produced; in-place calls are replayed with their functional overload.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ._convert import to_ms, to_torch
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class OutOfScope(Exception):
+    """The op is not a tensor -> tensor operator the bridge is meant for."""
+
+
+@dataclass
+class OpResult:
+    name: str
+    in_scope: bool = True
+    reason: str = ""               # out-of-scope reason, or the first failure
+    samples: int = 0
+    forward_pynative: bool | None = None
+    forward_graph: bool | None = None
+    gradient: bool | None = None   # None: not differentiable (or not checked)
+    aten_ops: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class Call:
+    func: Any          # OpOverload
+    args: tuple
+    kwargs: dict
+    out: Any
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[Call] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.calls.append(Call(func, args, kwargs, out))
+        return out
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
+
+
+def _qualified(func) -> str:
+    s = func._schema
+    return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
+
+
+def _is_constant_producer(func, args, kwargs) -> bool:
+    """Calls whose result the replay takes as a constant: factories (no tensor argument) and lift_fresh."""
+    return not _tensors((args, kwargs)) or func._schema.name in ("aten::lift_fresh", "aten::lift_fresh_copy")
+
+
+def _functional_of(func):
+    """aten::add_.Tensor -> aten::add.Tensor (the replay of an in-place call)."""
+    schema = func._schema
+    base = schema.name.split("::")[1]
+    if not base.endswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, base[:-1], None)
+    if packet is None:
+        return None
+    return getattr(packet, schema.overload_name or "default", None)
+
+
+def record(op, sample) -> tuple[list[Call], Any]:
+    recorder = _Recorder()
+    with torch.no_grad(), recorder:
+        out = op(sample.input, *sample.args, **sample.kwargs)
+    return recorder.calls, out
+
+
+def classify(calls: list[Call], out) -> None:
+    """Raises OutOfScope for what the bridge does not cover."""
+    if not _tensors(out):
+        raise OutOfScope("returns no tensor")
+    if not calls:
+        raise OutOfScope("makes no ATen call (Python-level op)")
+    for call in calls:
+        tags = call.func.tags
+        name = _qualified(call.func)
+        if torch.Tag.nondeterministic_seeded in tags:
+            raise OutOfScope(f"random ({name})")
+        if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+            raise OutOfScope(f"data-dependent output ({name})")
+        returns = [str(r.type) for r in call.func._schema.returns]
+        if any(r not in ("Tensor", "List[Tensor]") for r in returns):
+            raise OutOfScope(f"returns a non-tensor ({name} -> {', '.join(returns)})")
+
+
+def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: list, graph: bool = False) -> dict:
+    """{id(torch tensor): MindSpore tensor} for every tensor the calls produced, computed through the bridge."""
+    from ._aten.operator import operator_for
+    from ._aten.schema import bind
+
+    values = {id(t): m for t, m in zip(torch_inputs, ms_inputs)}
+
+    def ms_of(value):
+        if isinstance(value, torch.Tensor):
+            if id(value) not in values:  # a tensor made outside the recorded calls: a constant
+                values[id(value)] = to_ms(value)
+            return values[id(value)]
+        if isinstance(value, (list, tuple)):
+            return type(value)(ms_of(v) for v in value)
+        return value
+
+    for call in calls:
+        if _is_constant_producer(call.func, call.args, call.kwargs):
+            for t in _tensors(call.out):
+                values[id(t)] = to_ms(t)
+            continue
+        func, mutated = call.func, None
+        if func._schema.is_mutable:
+            func = _functional_of(func)
+            if func is None:
+                raise RuntimeError(f"in-place call {_qualified(call.func)} has no functional overload")
+            mutated = call.args[0]
+        bound = bind(func, ms_of(call.args), ms_of(call.kwargs))
+        operator, tensors = operator_for(bound)
+        result = _run_graph(operator, tensors) if graph else operator(*tensors)
+        results = list(result) if isinstance(result, tuple) else [result]
+        produced = _tensors(call.out)
+        if mutated is not None:
+            values[id(mutated)] = results[0]
+        for t, r in zip(produced, results):
+            values[id(t)] = r
+    return values
+
+
+def _run_graph(operator, tensors):
+    import mindspore as ms
+    from mindspore import nn
+
+    class Single(nn.Cell):
+        def __init__(self, op):
+            super().__init__()
+            self.op = op
+
+        def construct(self, *inputs):
+            return self.op(*inputs)
+
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        return Single(operator)(*tensors)
+    finally:
+        ms.set_context(mode=previous)
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"dtype {actual.dtype} != {expected.dtype}")
+    if expected.dtype in (torch.uint16, torch.uint32, torch.uint64):
+        actual, expected = actual.long(), expected.long()
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) -> None:
+    import mindspore as ms
+
+    calls, out = record(opinfo.op, sample)
+    classify(calls, out)
+    result.aten_ops = sorted(set(result.aten_ops) | {_qualified(c.func) for c in calls})
+    torch_inputs = _tensors((sample.input, sample.args, sample.kwargs))
+    expected = _tensors(out)
+
+    ms_inputs = [to_ms(t) for t in torch_inputs]
+    values = run_calls(calls, torch_inputs, ms_inputs)
+    for e in expected:
+        _close(to_torch(values[id(e)]), e)
+    result.forward_pynative = True
+
+    if graph:
+        values = run_calls(calls, torch_inputs, ms_inputs, graph=True)
+        for e in expected:
+            _close(to_torch(values[id(e)]), e)
+        result.forward_graph = True
+
+    if gradient:
+        diff = [i for i, t in enumerate(torch_inputs) if t.dtype.is_floating_point]
+        outs = [e for e in expected if e.dtype.is_floating_point]
+        if not diff or not outs:
+            return
+        gen = torch.Generator().manual_seed(0)
+        cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+        leaves = [t.detach().clone().requires_grad_(i in diff) for i, t in enumerate(torch_inputs)]
+        sample_leaves = _rebuild(sample, torch_inputs, leaves)
+        torch_out = _tensors(opinfo.op(sample_leaves.input, *sample_leaves.args, **sample_leaves.kwargs))
+        pairs = [(o, c) for o, c in zip([o for o in torch_out if o.dtype.is_floating_point], cotangents)
+                 if o.requires_grad]
+        if not pairs:
+            return
+        expected_grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in diff],
+                                             [c for _, c in pairs], allow_unused=True)
+        ms_cot = [to_ms(c) for c in cotangents]
+
+        def loss(*diff_inputs):
+            inputs = list(ms_inputs)
+            for i, x in zip(diff, diff_inputs):
+                inputs[i] = x
+            vals = run_calls(calls, torch_inputs, inputs)
+            total = 0
+            for e, c in zip(outs, ms_cot):
+                total = total + (vals[id(e)] * c).sum()
+            return total
+
+        grads = ms.grad(loss, grad_position=tuple(range(len(diff))))(*[ms_inputs[i] for i in diff])
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        for g, e, i in zip(grads, expected_grads, diff):
+            _close(to_torch(g), e if e is not None else torch.zeros_like(torch_inputs[i]))
+        result.gradient = True
+
+
+def _rebuild(sample, old: list[torch.Tensor], new: list[torch.Tensor]):
+    """The sample with its tensors replaced (same structure), for the autograd reference."""
+    from torch.utils._pytree import tree_map
+
+    mapping = {id(o): n for o, n in zip(old, new)}
+
+    def swap(v):
+        return mapping.get(id(v), v) if isinstance(v, torch.Tensor) else v
+
+    return type(sample)(tree_map(swap, sample.input), args=tree_map(swap, sample.args),
+                        kwargs=tree_map(swap, sample.kwargs))
+
+
+def check_op(opinfo, samples: int, graph: bool) -> OpResult:
+    result = OpResult(name=opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else ""))
+    start = time.perf_counter()
+    try:
+        inputs = list(opinfo.sample_inputs("cpu", torch.float32, requires_grad=False))[:samples]
+    except Exception as exc:  # noqa: BLE001 - an OpInfo that cannot make float32 samples
+        result.in_scope, result.reason = False, f"no float32 samples ({type(exc).__name__})"
+        return result
+    if not inputs:
+        result.in_scope, result.reason = False, "no float32 samples"
+        return result
+    gradient = bool(opinfo.supports_autograd)
+    for k, sample in enumerate(inputs):
+        result.samples += 1
+        try:
+            check_sample(opinfo, sample, result, graph=graph and k == 0, gradient=gradient)
+        except OutOfScope as exc:
+            result.in_scope, result.reason = False, str(exc)
+            break
+        except Exception as exc:  # noqa: BLE001 - recorded as the op's failure
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            stage = ("forward_pynative" if result.forward_pynative is None else
+                     "forward_graph" if graph and k == 0 and result.forward_graph is None else "gradient")
+            setattr(result, stage, False)
+            result.reason = f"{stage}: {text[:300]}"
+            break
+    if result.in_scope and not gradient:
+        result.gradient = None
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def select_ops(names: list[str] | None):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    if not names:
+        return list(op_db)
+    wanted = set(names)
+    return [o for o in op_db if o.name in wanted or
+            f"{o.name}.{o.variant_test_name}" in wanted]
+
+
+def summarize(results: list[OpResult]) -> dict:
+    in_scope = [r for r in results if r.in_scope]
+    diff = [r for r in in_scope if r.gradient is not None or (r.forward_pynative and r.reason.startswith("gradient"))]
+    fwd_py = sum(1 for r in in_scope if r.forward_pynative)
+    fwd_graph = sum(1 for r in in_scope if r.forward_graph)
+    grad_ok = sum(1 for r in diff if r.gradient)
+    pct = lambda a, b: round(100.0 * a / b, 1) if b else 0.0  # noqa: E731
+    return {
+        "ops": len(results), "in_scope": len(in_scope), "out_of_scope": len(results) - len(in_scope),
+        "forward_pynative_ok": fwd_py, "forward_pynative_pct": pct(fwd_py, len(in_scope)),
+        "forward_graph_ok": fwd_graph, "forward_graph_pct": pct(fwd_graph, len(in_scope)),
+        "differentiable": len(diff), "gradient_ok": grad_ok, "gradient_pct": pct(grad_ok, len(diff)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aot_ops conformance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--samples", type=int, default=3, help="sample inputs per op (default 3)")
+    parser.add_argument("--no-graph", action="store_true", help="skip the GRAPH_MODE forward check")
+    parser.add_argument("--json", default="conformance.json", help="where to write the report")
+    args = parser.parse_args(argv)
+
+    import mindspore as ms
+
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ops = select_ops(args.ops.split(",") if args.ops else None)
+    results = []
+    print(f"{'op':<40} {'scope':<6} {'fwd':<4} {'graph':<5} {'grad':<4} note")
+    for opinfo in ops:
+        r = check_op(opinfo, args.samples, graph=not args.no_graph)
+        results.append(r)
+        mark = lambda v: "-" if v is None else ("ok" if v else "FAIL")  # noqa: E731
+        print(f"{r.name:<40} {'yes' if r.in_scope else 'no':<6} {mark(r.forward_pynative):<4} "
+              f"{mark(r.forward_graph):<5} {mark(r.gradient):<4} {r.reason}", flush=True)
+    totals = summarize(results)
+    print("\ntotals:", json.dumps(totals))
+    with open(args.json, "w") as fh:
+        json.dump({"totals": totals, "ops": [asdict(r) for r in results]}, fh, indent=1)
+    print(f"report: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

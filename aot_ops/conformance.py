@@ -43,7 +43,8 @@ class OpResult:
     samples: int = 0
     forward_pynative: bool | None = None
     forward_graph: bool | None = None
-    gradient: bool | None = None   # None: not differentiable (or not checked)
+    differentiable: bool = False   # OpInfo.supports_autograd
+    gradient: bool | None = None   # None: not checked (not differentiable, or no float input/output)
     aten_ops: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -268,7 +269,7 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
     if not inputs:
         result.in_scope, result.reason = False, "no float32 samples"
         return result
-    gradient = bool(opinfo.supports_autograd)
+    gradient = result.differentiable = bool(opinfo.supports_autograd)
     for k, sample in enumerate(inputs):
         result.samples += 1
         try:
@@ -283,8 +284,6 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
             setattr(result, stage, False)
             result.reason = f"{stage}: {text[:300]}"
             break
-    if result.in_scope and not gradient:
-        result.gradient = None
     result.seconds = time.perf_counter() - start
     return result
 
@@ -301,7 +300,8 @@ def select_ops(names: list[str] | None):
 
 def summarize(results: list[OpResult]) -> dict:
     in_scope = [r for r in results if r.in_scope]
-    diff = [r for r in in_scope if r.gradient is not None or (r.forward_pynative and r.reason.startswith("gradient"))]
+    # A differentiable op whose forward already failed counts as a gradient failure too.
+    diff = [r for r in in_scope if r.differentiable]
     fwd_py = sum(1 for r in in_scope if r.forward_pynative)
     fwd_graph = sum(1 for r in in_scope if r.forward_graph)
     grad_ok = sum(1 for r in diff if r.gradient)

@@ -1,0 +1,46 @@
+"""A fixed subset of PyTorch's OpInfo database through the conformance runner (the full run is
+`python -m aot_ops conformance`)."""
+from __future__ import annotations
+
+import pytest
+
+from aot_ops import conformance
+
+IN_SCOPE = ["add", "mul", "sub", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "abs", "clamp",
+            "where", "sum", "mean", "amax", "matmul", "mm", "bmm", "addmm", "softmax", "log_softmax",
+            "nn.functional.gelu", "nn.functional.leaky_relu", "nn.functional.conv2d", "nn.functional.max_pool2d",
+            "nn.functional.layer_norm", "nn.functional.mse_loss", "nn.functional.cross_entropy", "gather",
+            "index_select", "topk", "sort", "max.reduction_with_dim", "cat", "transpose", "cumsum"]
+OUT_OF_SCOPE = {"nonzero": "data-dependent output", "rand_like": "random", "masked_select": "data-dependent"}
+
+
+@pytest.fixture(scope="module")
+def results():
+    names = IN_SCOPE + list(OUT_OF_SCOPE)
+    ops = conformance.select_ops(names)
+    found = {o.name + (f".{o.variant_test_name}" if o.variant_test_name else "") for o in ops}
+    assert set(names) <= found | {n.split(".")[0] for n in found}, f"unknown OpInfo names: {set(names) - found}"
+    return {r.name: r for r in (conformance.check_op(o, samples=2, graph=True) for o in ops)}
+
+
+@pytest.mark.parametrize("name", IN_SCOPE)
+def test_opinfo_samples_match_torch_in_both_modes_with_gradient(results, name):
+    r = results[name]
+    assert r.in_scope, r.reason
+    assert r.forward_pynative and r.forward_graph, r.reason
+    assert r.gradient in (True, None), r.reason
+
+
+@pytest.mark.parametrize("name,why", list(OUT_OF_SCOPE.items()))
+def test_ops_that_are_not_tensor_to_tensor_are_listed_out_of_scope(results, name, why):
+    r = results[name]
+    assert not r.in_scope and why in r.reason
+
+
+def test_summary_counts():
+    r = [conformance.OpResult("a", forward_pynative=True, forward_graph=True, differentiable=True, gradient=True),
+         conformance.OpResult("b", forward_pynative=False, differentiable=True, reason="forward_pynative: x"),
+         conformance.OpResult("c", in_scope=False, reason="random")]
+    totals = conformance.summarize(r)
+    assert totals["in_scope"] == 2 and totals["forward_pynative_pct"] == 50.0 and totals["out_of_scope"] == 1
+    assert totals["differentiable"] == 2 and totals["gradient_pct"] == 50.0

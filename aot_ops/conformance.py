@@ -159,22 +159,30 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
     return values
 
 
+_single_cell = None
+
+
 def _run_graph(operator, tensors):
+    """One bridged call as its own GRAPH_MODE cell. The Cell class is defined once: MindSpore's parser caches by
+    source location, and a class re-defined per call gets another call's compiled graph."""
+    global _single_cell
     import mindspore as ms
     from mindspore import nn
 
-    class Single(nn.Cell):
-        def __init__(self, op):
-            super().__init__()
-            self.op = op
+    if _single_cell is None:
+        class SingleOp(nn.Cell):
+            def __init__(self, op):
+                super().__init__()
+                self.op = op
 
-        def construct(self, *inputs):
-            return self.op(*inputs)
+            def construct(self, *inputs):
+                return self.op(*inputs)
 
+        _single_cell = SingleOp
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
-        return Single(operator)(*tensors)
+        return _single_cell(operator)(*tensors)
     finally:
         ms.set_context(mode=previous)
 
@@ -192,6 +200,8 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) -> None:
     import mindspore as ms
 
+    if any(t.layout != torch.strided for t in _tensors((sample.input, sample.args, sample.kwargs))):
+        raise OutOfScope("sparse tensors")
     calls, out = record(opinfo.op, sample)
     classify(calls, out)
     result.aten_ops = sorted(set(result.aten_ops) | {_qualified(c.func) for c in calls})
@@ -261,6 +271,9 @@ def _rebuild(sample, old: list[torch.Tensor], new: list[torch.Tensor]):
 def check_op(opinfo, samples: int, graph: bool) -> OpResult:
     result = OpResult(name=opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else ""))
     start = time.perf_counter()
+    if torch.float32 not in opinfo.supported_dtypes("cpu"):
+        result.in_scope, result.reason = False, "no float32 support on CPU"
+        return result
     try:
         inputs = list(opinfo.sample_inputs("cpu", torch.float32, requires_grad=False))[:samples]
     except Exception as exc:  # noqa: BLE001 - an OpInfo that cannot make float32 samples

@@ -178,6 +178,7 @@ int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
   try {
     ms_ext_clear_last_error();
     at::NoGradGuard no_grad;  // grad mode is thread-local: set it for MindSpore's launch thread
+    ms_ext::detail::DefaultPlacement::Scope scope(raw);  // the device (and on CUDA, MindSpore's stream)
     const ms_ext::Attrs attrs(raw.extra);
     auto *data = ms_ext::detail::kernel_data<AtenPlan>(raw.extra);
     if (data != nullptr && !data->init_error.empty())
@@ -186,7 +187,8 @@ int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
     if (data == nullptr) local.emplace(attrs);
     const AtenPlan &plan = data != nullptr ? *data->state : *local;
     op_name = plan.name;
-    body(plan, attrs);
+    body(plan, attrs, scope.device());
+    scope.finish();
   } catch (...) {
     ms_ext::detail::raise(op_name.c_str(), ms_ext::detail::describe_current_exception());
   }
@@ -210,9 +212,9 @@ extern "C" MS_EXT_EXPORT int AtenOpBackwardInit(int *ndims, int64_t **shapes, co
 extern "C" MS_EXT_EXPORT int AtenOp(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                     void *stream, void *extra) {
   const ms_ext::detail::RawArgs raw{nparam, params, ndims, shapes, dtypes, stream, extra};
-  return run("AtenOp", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs) {
+  return run("AtenOp", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const ms_ext::Signature sig = ms_ext::Signature().inputs(plan.num_inputs).outputs(nparam - plan.num_inputs);
-    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0);
+    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device);
     torch::jit::Stack s = plan.stack([&](int64_t i) { return call.input(static_cast<int>(i)); });
     if (plan.out_op && !plan.out_op_resizes.load()) {
       // Aliases of the output views: a failed resize changes an alias's shape, not the views Call checks.
@@ -255,10 +257,10 @@ extern "C" MS_EXT_EXPORT int AtenOp(int nparam, void **params, int *ndims, int64
 extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndims, int64_t **shapes,
                                             const char **dtypes, void *stream, void *extra) {
   const ms_ext::detail::RawArgs raw{nparam, params, ndims, shapes, dtypes, stream, extra};
-  return run("AtenOpBackward", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs) {
+  return run("AtenOpBackward", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const int n_in = plan.num_inputs, n_cotangents = nparam - 2 * n_in;
     const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in);
-    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0);
+    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device);
     at::AutoGradMode enable_grad(true);
     std::vector<at::Tensor> leaves;
     for (int i = 0; i < n_in; ++i) {

@@ -33,8 +33,10 @@ class Call {
  public:
   // Decodes and checks the arguments: parameter count, shapes, dtype strings, input dtypes, and (when the
   // signature has rules) output shapes and dtypes. `workspaces` is how many scratch buffers MindSpore passes.
-  Call(const char *name, const Signature &signature, const detail::RawArgs &raw, const Attrs &attrs, int workspaces)
-      : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces) {
+  // `device`: where MindSpore's buffers are (the CPU, or the GPU for kernels built for CUDA).
+  Call(const char *name, const Signature &signature, const detail::RawArgs &raw, const Attrs &attrs, int workspaces,
+       at::Device device = at::kCPU)
+      : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces), device_(device) {
     const int n_in = signature.num_inputs(), n_out = signature.num_outputs();
     if (raw.nparam != n_in + n_out + workspaces) {
       std::ostringstream os;
@@ -54,6 +56,7 @@ class Call {
   }
 
   const char *name() const { return name_; }
+  at::Device device() const { return device_; }
   int num_inputs() const { return signature_.num_inputs(); }
   int num_outputs() const { return signature_.num_outputs(); }
   const Attrs &attrs() const { return attrs_; }
@@ -99,7 +102,7 @@ class Call {
     if (own_scratch_.empty()) {
       const ShapeArgs shapes(num_inputs(), raw_.ndims, raw_.shapes, attrs_);
       for (int64_t bytes : signature_.scratch_rule()(shapes))
-        own_scratch_.push_back(at::empty({bytes}, at::TensorOptions().dtype(at::kByte)));
+        own_scratch_.push_back(at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device_)));
     }
     return own_scratch_.at(i).data_ptr();
   }
@@ -148,7 +151,7 @@ class Call {
     const char *dtype = raw_.dtypes[i];
     if (dtype != nullptr && std::strcmp(dtype, "none") == 0)
       throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
-    const at::TensorOptions options = at::TensorOptions().dtype(scalar_type_from_ms(dtype)).device(at::kCPU);
+    const at::TensorOptions options = at::TensorOptions().dtype(scalar_type_from_ms(dtype)).device(device_);
     int64_t numel = 1;
     for (int64_t s : sizes) numel *= s;
     void *data = raw_.params[i];
@@ -192,6 +195,7 @@ class Call {
   detail::RawArgs raw_;
   const Attrs &attrs_;
   int workspaces_;
+  at::Device device_;
   std::vector<at::Tensor> tensors_;
   std::vector<at::ScalarType> input_dtypes_;
   std::vector<at::Tensor> own_scratch_;

@@ -11,6 +11,7 @@
 #include <ms_ext/c_api.h>
 #include <ms_ext/call.h>
 #include <ms_ext/detail/boundary.h>
+#include <ms_ext/detail/placement.h>
 #include <ms_ext/detail/raw_args.h>
 #include <ms_ext/infer.h>
 #include <ms_ext/signature.h>
@@ -120,9 +121,10 @@ KernelData<State> *kernel_data(void *extra) {
   return data == nullptr ? nullptr : static_cast<KernelData<State> *>(static_cast<KernelDataBase *>(data));
 }
 
-template <typename State, typename Body>
+template <typename State, typename Body, typename Placement = DefaultPlacement>
 int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Body body) {
   guarded(name, [&] {
+    typename Placement::Scope scope(raw);
     const Attrs attrs(raw.extra);
     KernelData<State> *data = kernel_data<State>(raw.extra);
     if (data != nullptr && !data->init_error.empty())
@@ -130,9 +132,10 @@ int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Bod
     std::optional<State> local;
     if (data == nullptr) local.emplace(attrs);  // no Init ran (e.g. a harness call): parse per call
     const State &state = data != nullptr ? *data->state : *local;
-    Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0);
+    Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0, scope.device());
     body(call, state);
     call.check_outputs_intact();
+    scope.finish();
   });
   return 0;
 }

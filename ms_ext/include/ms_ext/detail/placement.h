@@ -1,0 +1,34 @@
+// Where a kernel's tensors live. One kernel source builds for CPU, or for CUDA when compiled with
+// -DMS_EXT_TARGET_CUDA (ms_ext/detail/cuda_placement.h): the placement decides the device of the tensor views and
+// what surrounds the call (on CUDA, MindSpore's stream made torch's current stream).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <ms_ext/detail/raw_args.h>
+
+namespace ms_ext {
+namespace detail {
+
+struct OnCpu {
+  class Scope {
+   public:
+    explicit Scope(const RawArgs &) {}
+    at::Device device() const { return at::kCPU; }
+    void finish() {}
+  };
+};
+
+}  // namespace detail
+}  // namespace ms_ext
+
+#ifdef MS_EXT_TARGET_CUDA
+#include <ms_ext/detail/cuda_placement.h>
+namespace ms_ext::detail {
+using DefaultPlacement = OnCuda;
+}
+#else
+namespace ms_ext::detail {
+using DefaultPlacement = OnCpu;
+}
+#endif

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -165,6 +166,8 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
             _write_if_changed(path, text)
         reasons = cache.rebuild_reasons(cache.read_json(folder / "last_build.json"), description)
         log.info("building %s: %s", name, "; ".join(reasons))
+        if verbose:
+            print(f"aot_ops: building {name}: {'; '.join(reasons)}", file=sys.stderr)
         spec = builder.LibrarySpec(name=name, sources=sources, use_torch=with_torch, extra_cflags=extra_cflags,
                                    extra_ldflags=extra_ldflags, extra_include_paths=include_paths)
         start = time.monotonic()

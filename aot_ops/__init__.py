@@ -14,8 +14,14 @@ Public surface:
         a library's last error text (MindSpore drops it for GPU launches), its live per-kernel states
     aot_ops.harness
         call an entry point exactly as MindSpore does, without MindSpore
+    aot_ops.load(name, sources), aot_ops.load_inline(name, cpp_source) -> aot_ops.Library
+        compile your own kernels (cached; rebuilt only when something they depend on changes); `lib.op(symbol)`
+        makes a MindSpore operator. aot_ops.BuildError carries compiler errors with file and line.
+    aot_ops.cache_dir(), cache_entries(), clean_cache()
+        the build cache ($AOT_OPS_CACHE or ~/.cache/aot_ops)
 
-Names are loaded on first use, so `python -m aot_ops build` and setup.py do not import MindSpore.
+Names are loaded on first use, so `python -m aot_ops build|cache|doctor`, `aot_ops.load` and setup.py do not
+import MindSpore.
 """
 from __future__ import annotations
 
@@ -37,6 +43,13 @@ _LAZY = {
     "gelu": (".operators", "gelu"),
     "layer_norm": (".operators", "layer_norm"),
     "permute": (".operators", "permute"),
+    "load": ("._library", "load"),
+    "load_inline": ("._library", "load_inline"),
+    "Library": ("._library", "Library"),
+    "BuildError": ("._build.builder", "BuildError"),
+    "cache_dir": ("._library", "cache_dir"),
+    "cache_entries": ("._library", "cache_entries"),
+    "clean_cache": ("._library", "clean_cache"),
     "harness": (".harness", None),
     "aten": (".aten", None),
     "operators": (".operators", None),

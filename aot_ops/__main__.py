@@ -1,6 +1,9 @@
 """Command line: python -m aot_ops <command>.
 
-    build SRC... -o OUT.so   compile aot sources that include <ms_ext/ms_ext.h> into a library MindSpore can load
+    build SRC... -o OUT.so   compile aot sources (.cpp, .c, .cu) into a library MindSpore can load
+    cache list [NAME]        libraries that aot_ops.load has built ($AOT_OPS_CACHE or ~/.cache/aot_ops)
+    cache clean [NAME]       delete them (all, or one name)
+    doctor                   check Python, MindSpore, torch, numpy, compilers, CUDA, CANN and the cache
     conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
 """
 from __future__ import annotations
@@ -12,7 +15,8 @@ from pathlib import Path
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ._build import builder
+    from ._build import builder, cuda
+    from ._build.progress import progress
 
     out = Path(args.output).resolve()
     spec = builder.LibrarySpec(
@@ -25,12 +29,50 @@ def _build(args: argparse.Namespace) -> int:
     )
     build_dir = Path(args.build_dir) if args.build_dir else out.parent / f".{out.name}.build"
     try:
-        builder.build_library(spec, build_dir, out, verbose=args.verbose)
-    except builder.BuildError as exc:
+        with progress(out.name):
+            if spec.has_cuda and cuda.why_not_linkable(spec.use_torch):
+                objects = builder.build_objects(spec, build_dir, verbose=args.verbose)
+                print(f"compiled {len(objects)} objects in {build_dir / 'obj'}; not linked: "
+                      f"{cuda.why_not_linkable(spec.use_torch)}", file=sys.stderr)
+                return 2
+            builder.build_library(spec, build_dir, out, verbose=args.verbose)
+    except (builder.BuildError, cuda.CudaSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(out)
     return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from ._build import cache
+
+    if args.action == "list":
+        found = cache.entries(args.name)
+        print(f"cache: {cache.cache_root()}")
+        for entry in found:
+            print(entry.describe())
+        total = sum(e.size for e in found)
+        print(f"{len(found)} libraries, {total / 2**20:.1f} MiB")
+    else:
+        removed = cache.clean(args.name)
+        print(f"removed {len(removed)} items from {cache.cache_root()}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from ._build import doctor
+
+    findings = doctor.diagnose()
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=1))
+    else:
+        print(doctor.format_table(findings))
+    blocking = doctor.blocking(findings)
+    if blocking and not args.json:
+        print(f"\n{len(blocking)} problem(s) block using aot_ops: " + ", ".join(f.check for f in blocking))
+    return 1 if blocking else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     build = sub.add_parser("build", help="compile aot sources into a shared library")
-    build.add_argument("sources", nargs="+", help="C++ sources (.cpp, .cc)")
+    build.add_argument("sources", nargs="+", help="sources: C++ (.cpp, .cc), C (.c), CUDA (.cu)")
     build.add_argument("-o", "--output", required=True, help="the .so to write")
     build.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
     build.add_argument("--cflag", action="append", default=[], help="extra compiler flag (repeatable)")
@@ -53,6 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--build-dir", help="where objects go (default: next to the output)")
     build.add_argument("-v", "--verbose", action="store_true", help="show the compiler commands")
     build.set_defaults(run=_build)
+
+    cache = sub.add_parser("cache", help="list or clean the libraries built by aot_ops.load")
+    cache.add_argument("action", choices=["list", "clean"])
+    cache.add_argument("name", nargs="?", help="only this library name")
+    cache.set_defaults(run=_cache)
+
+    doctor = sub.add_parser("doctor", help="check the environment (exit status 1 when something blocks use)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(run=_doctor)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,

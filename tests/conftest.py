@@ -21,3 +21,11 @@ def user_library(tmp_path_factory):
     from support import build_test_library
 
     return build_test_library("user_ops.cpp", tmp_path_factory.mktemp("user_ops"))
+
+
+@pytest.fixture
+def aot_cache(tmp_path, monkeypatch):
+    """A private, empty aot_ops.load cache (AOT_OPS_CACHE), also inherited by subprocesses."""
+    root = tmp_path / "aot_cache"
+    monkeypatch.setenv("AOT_OPS_CACHE", str(root))
+    return root

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import toolchain
+from . import cuda, toolchain
 
 log = logging.getLogger("aot_ops.build")
 
@@ -34,6 +34,7 @@ class LibrarySpec:
     """What to build: one shared library from `sources`.
 
     `use_torch=False` builds a library that neither includes nor links torch (a plain C/C++ kernel).
+    Sources are compiled by suffix: `.cu` with nvcc, `.c` with the C compiler, anything else as C++.
     """
 
     name: str
@@ -43,23 +44,43 @@ class LibrarySpec:
     extra_ldflags: Sequence[str] = ()
     extra_include_paths: Sequence[Path] = ()
 
+    @property
+    def has_cuda(self) -> bool:
+        return any(cuda.is_cuda_source(s) for s in self.sources)
+
 
 def _object_name(index: int, source: Path) -> str:
     return f"obj/{index:03d}_{re.sub(r'[^A-Za-z0-9_]', '_', source.stem)}.o"
 
 
+def _user_units(spec: LibrarySpec) -> list[tuple[Path, str, list[str]]]:
+    include = [f"-I{p}" for p in spec.extra_include_paths]
+    cxx_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *include,
+                 *spec.extra_cflags]
+    units = []
+    for source in spec.sources:
+        source = Path(source).resolve()
+        if cuda.is_cuda_source(source):
+            units.append((source, "nvcc", [*cuda.nvcc_cflags(spec.use_torch), *include, *spec.extra_cflags]))
+        elif source.suffix == ".c":
+            units.append((source, "cc", [*toolchain.C_CFLAGS, f"-I{toolchain.ms_ext_include_dir()}", *include,
+                                         *spec.extra_cflags]))
+        else:
+            units.append((source, "cxx", cxx_flags))
+    return units
+
+
 def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     """A build.ninja with one rule per ABI: the MindSpore-facing runtime TU is compiled with ABI 0, everything
-    that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers."""
+    that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers.
+
+    `objects` is a target of its own: CUDA sources can be compiled on a machine that cannot link them."""
     from ninja.ninja_syntax import Writer  # the `ninja` PyPI package
 
-    include = [f"-I{p}" for p in spec.extra_include_paths]
-    user_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *include,
-                  *spec.extra_cflags]
     runtime = toolchain.ms_ext_runtime_sources()
     units = [(src, "cxx", toolchain.abi0_cflags()) for src in runtime["abi0"]]
     units += [(src, "cxx", toolchain.plain_cflags()) for src in runtime["plain"]]
-    units += [(Path(s).resolve(), "cxx", user_flags) for s in spec.sources]
+    units += _user_units(spec)
 
     path = build_dir / "build.ninja"
     with open(path, "w") as fh:
@@ -67,13 +88,28 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
         w.variable("cxx", shlex.quote(toolchain.cxx()))
         w.rule("cxx", "$cxx -MMD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
                description="compile $in")
+        if any(rule == "cc" for _, rule, _ in units):
+            w.variable("cc", shlex.quote(toolchain.cc()))
+            w.rule("cc", "$cc -MMD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
+                   description="compile $in")
+        if spec.has_cuda:
+            nvcc = cuda.nvcc()
+            if nvcc is None:
+                raise cuda.CudaSetupError("nvcc not found: CUDA sources need the CUDA toolkit (set CUDA_HOME or put "
+                                          "nvcc on PATH)")
+            w.variable("nvcc", shlex.quote(nvcc))
+            w.rule("nvcc", "$nvcc -MD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
+                   description="compile $in")
         w.rule("link", "$cxx $in -o $out $ldflags", description="link $out")
         objects = []
         for i, (source, rule, flags) in enumerate(units):
             obj = _object_name(i, source)
             w.build(obj, rule, str(source), variables={"cflags": " ".join(shlex.quote(f) for f in flags)})
             objects.append(obj)
+        w.build("objects", "phony", objects)
         ldflags = toolchain.link_flags(spec.use_torch) + list(spec.extra_ldflags)
+        if spec.has_cuda:
+            ldflags += cuda.link_flags(spec.use_torch)
         w.build(library.name, "link", objects, variables={"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
         w.default(library.name)
     return path
@@ -96,10 +132,11 @@ def first_diagnostics(output: str, limit: int = _SHOWN_ERRORS) -> str:
     return "\n".join(picked)
 
 
-def run_ninja(build_dir: Path, verbose: bool = False) -> str:
+def run_ninja(build_dir: Path, verbose: bool = False, targets: Sequence[str] = ()) -> str:
     cmd = [toolchain.ninja_binary(), "-C", str(build_dir)]
     if verbose:
         cmd.append("-v")
+    cmd += list(targets)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log_path = build_dir / "build.log"
     log_path.write_text(proc.stdout)
@@ -125,6 +162,15 @@ def check_loads(library: Path, log_path: Path | None = None) -> None:
             with open(log_path, "a") as fh:
                 fh.write(f"\nload check of {library} failed:\n{proc.stderr}")
         raise BuildError("load check (dlopen with RTLD_NOW)", text, log_path)
+
+
+def build_objects(spec: LibrarySpec, build_dir: Path, verbose: bool = False) -> list[Path]:
+    """Compile without linking: what can be verified of CUDA sources on a machine that cannot link them."""
+    build_dir = Path(build_dir)
+    (build_dir / "obj").mkdir(parents=True, exist_ok=True)
+    write_ninja_file(spec, build_dir, build_dir / f"{spec.name}.so")
+    run_ninja(build_dir, verbose=verbose, targets=["objects"])
+    return sorted((build_dir / "obj").glob("*.o"))
 
 
 def build_library(spec: LibrarySpec, build_dir: Path, output: Path, verbose: bool = False) -> Path:

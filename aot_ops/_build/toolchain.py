@@ -73,6 +73,11 @@ def cxx() -> str:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
 
 
+def cc() -> str:
+    """The C compiler for `.c` sources."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "cc"
+
+
 def ninja_binary() -> str:
     """ninja from PATH, or the one the `ninja` wheel installed next to this interpreter (not on PATH when the
     virtual environment is not activated)."""
@@ -103,6 +108,7 @@ def compiler_version(compiler: str) -> str:
 
 
 COMMON_CFLAGS = ("-std=c++17", "-fPIC", "-O2", "-Wno-unused-parameter")
+C_CFLAGS = ("-std=c11", "-fPIC", "-O2")
 
 
 def torch_cflags() -> list[str]:

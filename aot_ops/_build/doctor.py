@@ -1,0 +1,192 @@
+"""`python -m aot_ops doctor`: is this environment able to build and run aot operators, and if not, why.
+
+Versions are read from package metadata, never by importing MindSpore: the point is to explain an environment in
+which importing it may be what fails (numpy 2 under MindSpore 2.10 is the usual case).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cache, cuda, toolchain
+
+OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
+
+
+@dataclass
+class Finding:
+    check: str
+    status: str  # ok: fine; info: worth knowing; warn: something will not work; FAIL: blocks using aot_ops
+    detail: str
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    return lines[0] if proc.returncode == 0 and lines else None
+
+
+def check_python() -> Finding:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < (3, 9):
+        return Finding("Python", FAIL, f"{version}: aot_ops needs Python 3.9 or newer")
+    return Finding("Python", OK, f"{version} ({sys.executable})")
+
+
+def check_mindspore() -> Finding:
+    version = _version("mindspore")
+    if version is None:
+        return Finding("MindSpore", FAIL, "not installed: operators run inside MindSpore (building does not need it)")
+    return Finding("MindSpore", OK, version)
+
+
+def check_numpy() -> Finding:
+    version = _version("numpy")
+    ms = _version("mindspore")
+    if version is None:
+        return Finding("numpy", FAIL, "not installed (MindSpore and torch need it)")
+    if ms and _release(version)[:1] >= (2,) and _release(ms)[:2] <= (2, 10):
+        return Finding("numpy", FAIL, f"{version}: MindSpore {ms} is built against NumPy 1.x and ms.Tensor fails "
+                                      "under numpy 2 (\"compiled using NumPy 1.x cannot be run in NumPy 2\"); "
+                                      "pip install 'numpy<2' (1.26 also works with torch)")
+    return Finding("numpy", OK, version)
+
+
+def check_torch() -> list[Finding]:
+    version = _version("torch")
+    if version is None:
+        return [Finding("torch", FAIL, "not installed: the bundled kernels and ATen-based kernels need it "
+                                       "(plain C/C++ kernels build without it)")]
+    try:
+        import torch
+
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        cuda_version = torch.version.cuda
+    except Exception as exc:  # a broken torch install is exactly what the doctor is for
+        return [Finding("torch", FAIL, f"{version} is installed but does not import: {exc}")]
+    build = f"CUDA {cuda_version}" if cuda_version else "CPU build"
+    findings = [Finding("torch", OK, f"{version} ({build})")]
+    if abi == 1:
+        findings.append(Finding("C++ ABI", OK, "torch uses _GLIBCXX_USE_CXX11_ABI=1, MindSpore 0: handled. Kernels "
+                                               "are compiled with torch's flag; the one ms_ext file that reads "
+                                               "MindSpore's AotExtra is compiled with ABI 0 behind a C interface, "
+                                               "so no std::string crosses between the two"))
+    else:
+        findings.append(Finding("C++ ABI", OK, f"torch and MindSpore both use _GLIBCXX_USE_CXX11_ABI={abi}"))
+    return findings
+
+
+def check_compilers() -> list[Finding]:
+    findings = []
+    cxx = toolchain.cxx()
+    version = _first_line([cxx, "--version"])
+    if version is None:
+        findings.append(Finding("C++ compiler", FAIL, f"{cxx} not found or not working (set CXX or install g++)"))
+    else:
+        findings.append(Finding("C++ compiler", OK, f"{cxx}: {version}"))
+    cc = toolchain.cc()
+    version = _first_line([cc, "--version"])
+    findings.append(Finding("C compiler", OK, f"{cc}: {version}") if version else
+                    Finding("C compiler", WARN, f"{cc} not found: only needed for .c sources (set CC)"))
+    try:
+        ninja = toolchain.ninja_binary()
+        findings.append(Finding("ninja", OK, f"{ninja} ({_first_line([ninja, '--version'])})"))
+    except FileNotFoundError as exc:
+        findings.append(Finding("ninja", FAIL, str(exc)))
+    return findings
+
+
+def check_cuda() -> list[Finding]:
+    nvcc = cuda.nvcc()
+    if nvcc is None:
+        return [Finding("nvcc", INFO, "not found: only needed for .cu sources (set CUDA_HOME or put nvcc on PATH)")]
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    release = re.search(r"release ([\d.]+)", out)
+    findings = [Finding("nvcc", OK, f"{nvcc} (CUDA {release.group(1) if release else '?'})")]
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if not arch:
+        findings.append(Finding("TORCH_CUDA_ARCH_LIST", WARN, "not set: .cu sources cannot be built until it names "
+                                                              "the target GPUs, e.g. \"9.0\" for H100"))
+    else:
+        try:
+            findings.append(Finding("TORCH_CUDA_ARCH_LIST", OK, f"{arch} -> {' '.join(cuda.arch_flags(arch))}"))
+        except cuda.CudaSetupError as exc:
+            findings.append(Finding("TORCH_CUDA_ARCH_LIST", WARN, str(exc)))
+    if cuda.driver_available():
+        findings.append(Finding("CUDA driver", OK, "libcuda.so.1 loads"))
+    else:
+        findings.append(Finding("CUDA driver", INFO, "absent (no GPU here): .cu sources are compiled and checked, "
+                                                     "linking and loading them needs a GPU machine"))
+    return findings
+
+
+def check_cann() -> Finding:
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        value = os.environ.get(var)
+        if value:
+            state = OK if Path(value).is_dir() else WARN
+            return Finding("CANN (Ascend)", state, f"{var}={value}" + ("" if state == OK else " does not exist"))
+    return Finding("CANN (Ascend)", INFO, "not found (ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME unset): Ascend "
+                                          "operators cannot be built here; CPU and CUDA are unaffected")
+
+
+def check_cache() -> Finding:
+    root = cache.cache_root()
+    source = "$AOT_OPS_CACHE" if os.environ.get("AOT_OPS_CACHE") else "default"
+    # Do not create the cache just to look at it: test the folder itself, or the nearest parent that exists.
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        return Finding("build cache", FAIL, f"{root} ({source}) is not writable ({existing} does not allow it); "
+                                            "set AOT_OPS_CACHE to a writable folder")
+    return Finding("build cache", OK, f"{root} ({source}, {len(cache.entries())} libraries)")
+
+
+def check_bundled_library() -> Finding:
+    path = toolchain.PACKAGE_DIR / "lib" / "libaot_ops_cpu.so"
+    if path.is_file():
+        return Finding("bundled kernels", OK, str(path))
+    return Finding("bundled kernels", WARN, f"{path} missing: build it with `pip install --no-build-isolation -e .` "
+                                            "(your own kernels are unaffected)")
+
+
+def diagnose() -> list[Finding]:
+    findings = [check_python(), check_mindspore(), check_numpy(), *check_torch(), *check_compilers(),
+                *check_cuda(), check_cann(), check_cache(), check_bundled_library()]
+    return findings
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.status == FAIL]
+
+
+def format_table(findings: list[Finding], width: int = 110) -> str:
+    import textwrap
+
+    name_w = max(len(f.check) for f in findings)
+    lines = [f"{'check':<{name_w}}  status  detail", f"{'-' * name_w}  ------  {'-' * 40}"]
+    for f in findings:
+        wrapped = textwrap.wrap(f.detail, max(width - name_w - 10, 30)) or [""]
+        lines.append(f"{f.check:<{name_w}}  {f.status:<6}  {wrapped[0]}")
+        lines += [f"{'':<{name_w}}  {'':<6}  {more}" for more in wrapped[1:]]
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""`python -m aot_ops doctor`: explains the environment and fails only on what blocks using aot_ops."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from aot_ops._build import doctor
+from loader_support import REPO, env_with
+
+
+def run_doctor(**env):
+    return subprocess.run([sys.executable, "-m", "aot_ops", "doctor"], cwd=REPO, capture_output=True, text=True,
+                          env=env_with(**env))
+
+
+def test_doctor_passes_here_and_prints_a_table(tmp_path):
+    proc = run_doctor(AOT_OPS_CACHE=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for row in ("Python", "MindSpore", "numpy", "torch", "C++ ABI", "C++ compiler", "ninja", "nvcc",
+                "CANN (Ascend)", "build cache"):
+        assert any(line.startswith(row) for line in proc.stdout.splitlines()), row
+    assert "MindSpore 0: handled" in proc.stdout
+    assert not (tmp_path / "cache").exists()  # looking does not create the cache
+
+
+def test_doctor_does_not_import_mindspore():
+    script = "import sys; from aot_ops._build import doctor; doctor.diagnose(); print('mindspore' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+
+def test_unwritable_cache_blocks_use(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    proc = run_doctor(AOT_OPS_CACHE=tmp_path / "a_file" / "cache")
+    assert proc.returncode == 1
+    assert "build cache" in proc.stdout and "not writable" in proc.stdout
+    assert "block using aot_ops: build cache" in proc.stdout
+
+
+def test_missing_compiler_blocks_use(tmp_path):
+    proc = run_doctor(CXX=tmp_path / "no-such-c++", AOT_OPS_CACHE=tmp_path / "cache")
+    assert proc.returncode == 1
+    assert "block using aot_ops: C++ compiler" in proc.stdout
+
+
+def test_numpy_2_with_mindspore_2_10_is_explained(monkeypatch):
+    versions = {"numpy": "2.1.0", "mindspore": "2.10.0"}
+    monkeypatch.setattr(doctor, "_version", versions.get)
+    finding = doctor.check_numpy()
+    assert finding.status == doctor.FAIL and "numpy<2" in finding.detail
+    versions["numpy"] = "1.26.4"
+    assert doctor.check_numpy().status == doctor.OK
+
+
+def test_cuda_architecture_list_is_checked(monkeypatch):
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    rows = {f.check: f for f in doctor.check_cuda()}
+    if "TORCH_CUDA_ARCH_LIST" not in rows:  # no nvcc: nothing to say about architectures
+        assert rows["nvcc"].status == doctor.INFO
+        return
+    assert rows["TORCH_CUDA_ARCH_LIST"].status == doctor.WARN
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    rows = {f.check: f for f in doctor.check_cuda()}
+    assert rows["TORCH_CUDA_ARCH_LIST"].status == doctor.OK
+    assert "compute_90,code=sm_90" in rows["TORCH_CUDA_ARCH_LIST"].detail
+
+
+def test_cann_is_found_through_its_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))
+    finding = doctor.check_cann()
+    assert finding.status == doctor.OK and str(tmp_path) in finding.detail

@@ -90,13 +90,19 @@ def arch_flags(arch_list: str | None = None) -> list[str]:
 
 
 def nvcc_cflags(use_torch: bool) -> list[str]:
+    """Flags for .cu sources. MS_EXT_TARGET_CUDA makes ms_ext entry points in them CUDA ones (device views,
+    MindSpore's stream); a CPU torch wheel ships the c10/cuda headers but not the header CMake generates for them,
+    whose only content (export macros) the C10_CUDA_NO_CMAKE_CONFIGURE_FILE switch lets c10 define itself."""
     from . import toolchain
 
-    flags = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", f"-I{toolchain.ms_ext_include_dir()}", *arch_flags()]
+    flags = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", "-DMS_EXT_TARGET_CUDA", f"-I{toolchain.ms_ext_include_dir()}",
+             *arch_flags()]
     if use_torch:
         info = toolchain.torch_info()
         flags.append(f"-D_GLIBCXX_USE_CXX11_ABI={info.cxx11_abi}")
         flags += [f"-isystem{inc}" for inc in info.include_dirs]
+        if not any((Path(inc) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists() for inc in info.include_dirs):
+            flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     return flags
 
 

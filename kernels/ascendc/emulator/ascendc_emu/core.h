@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,11 +35,12 @@ struct GmWrite {
 class CoreContext {
  public:
   CoreContext(const char *kernel, int64_t core, int64_t block_dim, size_t ub_bytes)
-      : kernel_(kernel), core_(core), block_dim_(block_dim), ub_bytes_(ub_bytes), written_(ub_bytes, 0) {
+      : kernel_(kernel), core_(core), block_dim_(block_dim), ub_bytes_(ub_bytes),
+        written_(new uint8_t[ub_bytes == 0 ? 1 : ub_bytes]) {
+    // Left uninitialised here: carve() prepares only what InitBuffer hands out, so a launch of many cores that
+    // use little UB stays cheap.
     ub_ = static_cast<uint8_t *>(std::aligned_alloc(kBlockBytes, round_up_to_block(ub_bytes == 0 ? 1 : ub_bytes)));
     if (ub_ == nullptr) throw std::bad_alloc();
-    // ascend-c.md: fresh UB is filled with NaN so that unwritten tails show up. 0xFF bytes are NaN in fp16 and fp32.
-    std::memset(ub_, 0xFF, ub_bytes);
   }
   ~CoreContext() { std::free(ub_); }
   CoreContext(const CoreContext &) = delete;
@@ -57,12 +59,15 @@ class CoreContext {
   uint8_t *carve(size_t bytes) {
     uint8_t *p = ub_ + ub_used_;
     ub_used_ += bytes;
+    mark_fresh(p, bytes);
     return p;
   }
   size_t ub_used() const { return ub_used_; }
   const uint8_t *ub_begin() const { return ub_; }
 
   // ---- which UB bytes hold data a kernel wrote ------------------------------------------------------------------
+  // ascend-c.md: fresh UB is filled with NaN so that unwritten tails show up (0xFF bytes are NaN in fp16 and fp32),
+  // and none of it counts as written.
   void mark_fresh(void *p, size_t bytes) {
     std::memset(p, 0xFF, bytes);
     std::memset(&written_[offset_of(p)], 0, bytes);
@@ -107,7 +112,7 @@ class CoreContext {
   size_t ub_bytes_;
   uint8_t *ub_ = nullptr;
   size_t ub_used_ = 0;
-  std::vector<uint8_t> written_;
+  std::unique_ptr<uint8_t[]> written_;  // one flag per UB byte
   std::vector<GmWrite> gm_writes_;
   std::string deferred_call_;
   std::string deferred_;

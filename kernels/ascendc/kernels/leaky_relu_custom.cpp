@@ -5,7 +5,6 @@
 // length is a multiple of 16 elements, because ascend-c.md requires every DataCopy to move a multiple of 32 B.
 #include "kernel_operator.h"
 
-#include "leaky_relu_custom_tiling.h"
 #include "split.h"
 
 using namespace AscendC;
@@ -13,14 +12,15 @@ using namespace AscendC;
 namespace {
 
 constexpr int32_t BUFFER_NUM = 2;
+constexpr uint32_t BLOCK_ELEMENTS = 16;  // 32 B of fp16; leaky_relu_custom_tiling.h's kBlockElements
 
 class KernelLeakyRelu {
  public:
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, uint32_t totalLength, uint32_t tileLength, float negativeSlope) {
-    const auto share = ascendc_tiling::core_share(totalLength / leaky_relu_custom_tiling::kBlockElements,
+    const auto share = ascendc_tiling::core_share(totalLength / BLOCK_ELEMENTS,
                                                   GetBlockNum(), GetBlockIdx());
-    length_ = static_cast<uint32_t>(share.count * leaky_relu_custom_tiling::kBlockElements);
-    const uint64_t start = share.first * leaky_relu_custom_tiling::kBlockElements;
+    length_ = static_cast<uint32_t>(share.count * BLOCK_ELEMENTS);
+    const uint64_t start = share.first * BLOCK_ELEMENTS;
     tileLength_ = tileLength;
     slope_ = negativeSlope;  // rounded to half: vector scalars have the operand's type on the NPU
     xGm_.SetGlobalBuffer((__gm__ half *)x + start, length_);

@@ -5,7 +5,6 @@
 // number of 32-B blocks and starts 32-B aligned in the UB (ascend-c.md: UB operands must be 32-B aligned).
 #include "kernel_operator.h"
 
-#include "softmax_custom_tiling.h"
 #include "split.h"
 
 using namespace AscendC;

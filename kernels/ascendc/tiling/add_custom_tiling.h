@@ -10,6 +10,7 @@
 
 namespace add_custom_tiling {
 
+// The kernel (kernels/add_custom.cpp) uses the same numbers as BUFFER_NUM and TILE_NUM.
 constexpr int32_t kBufferNum = 2;
 constexpr int32_t kTileNum = 8;
 constexpr int64_t kQueues = 3;           // x, y, z

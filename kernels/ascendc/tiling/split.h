@@ -5,6 +5,14 @@
 
 #include <cstdint>
 
+// Kernels call core_share on the AI core, hosts on the CPU: with CANN's compiler a device function needs
+// __aicore__ (kernel_operator.h defines it); host code that did not include kernel_operator.h has no such macro.
+#ifdef __aicore__
+#define ASCENDC_TILING_FUNCTION __aicore__ inline
+#else
+#define ASCENDC_TILING_FUNCTION inline
+#endif
+
 namespace ascendc_tiling {
 
 struct CoreShare {
@@ -12,7 +20,7 @@ struct CoreShare {
   int64_t count;  // units of this core (may be 0 when blockDim > units)
 };
 
-inline CoreShare core_share(int64_t units, int64_t blockDim, int64_t core) {
+ASCENDC_TILING_FUNCTION CoreShare core_share(int64_t units, int64_t blockDim, int64_t core) {
   const int64_t base = units / blockDim;
   const int64_t extra = units % blockDim;
   return {core * base + (core < extra ? core : extra), base + (core < extra ? 1 : 0)};

@@ -18,9 +18,10 @@ HERE = Path(__file__).resolve().parent
 class AotLibrary(Extension):
     """A shared library of aot entry points (not a Python extension module)."""
 
-    def __init__(self, name: str, sources: list[Path]):
+    def __init__(self, name: str, sources: list[Path], include_dirs: list[Path] = ()):
         super().__init__(name, sources=[])
         self.aot_sources = sources
+        self.aot_include_dirs = list(include_dirs)
 
 
 class BuildAotLibraries(build_ext):
@@ -46,7 +47,8 @@ class BuildAotLibraries(build_ext):
         output = Path(self.get_ext_fullpath(ext.name)).resolve()
         # A persistent build folder keeps ninja's incremental state between installs.
         build_dir = HERE / "build" / "aot_libraries" / output.stem
-        spec = builder.LibrarySpec(name=output.stem, sources=[HERE / s for s in ext.aot_sources])
+        spec = builder.LibrarySpec(name=output.stem, sources=[HERE / s for s in ext.aot_sources],
+                                   extra_include_paths=[HERE / p for p in ext.aot_include_dirs])
         builder.build_library(spec, build_dir, output, verbose=self.verbose > 1)
 
 
@@ -56,7 +58,22 @@ def cpu_kernel_sources() -> list[Path]:
     return sorted(p.relative_to(HERE) for folder in folders for p in folder.glob("*.cpp"))
 
 
+ASCENDC = Path("kernels") / "ascendc"
+
+
+def ascendc_sources() -> list[Path]:
+    """The Ascend C kernels (compiled by g++ against the emulator's kernel_operator.h), their emulator launches and
+    the aot/torch entry points."""
+    folders = ("kernels", "host_cpu", "aot")
+    return sorted(p.relative_to(HERE) for f in folders for p in (HERE / ASCENDC / f).glob("*.cpp"))
+
+
+def ascendc_include_dirs() -> list[Path]:
+    return [ASCENDC / d for d in ("emulator", "tiling", "host_cpu", "aot")]
+
+
 setup(
-    ext_modules=[AotLibrary("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources())],
+    ext_modules=[AotLibrary("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
+                 AotLibrary("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs())],
     cmdclass={"build_ext": BuildAotLibraries},
 )

@@ -1,0 +1,67 @@
+"""Build the Ascend C kernels for a real NPU (CANN + torch_npu): python -m aot_ops.ascendc_npu [--soc Ascend910B1].
+
+Off unless CANN is present: without ASCEND_HOME_PATH (or without CANN's ascendc.cmake under it) this refuses to
+start with CannNotFoundError, rather than building half of it. On an NPU machine it configures and builds
+kernels/ascendc/npu with CMake and prints the path of the torch_npu extension (`ascendc_torch_npu*.so`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+NPU_PROJECT = Path(__file__).resolve().parent.parent / "kernels" / "ascendc" / "npu"
+ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/tikcpp/ascendc_kernel_cmake/ascendc.cmake")
+
+
+class CannNotFoundError(RuntimeError):
+    """The NPU build was asked for on a machine without CANN."""
+
+
+def cann_home() -> Path:
+    """CANN's toolkit folder from ASCEND_HOME_PATH, checked to hold ascendc.cmake."""
+    home = os.environ.get("ASCEND_HOME_PATH")
+    if not home:
+        raise CannNotFoundError(
+            "CANN not found: ASCEND_HOME_PATH is not set. The NPU build of the Ascend C kernels needs the CANN "
+            "toolkit (source <cann>/set_env.sh). Without an NPU, the CPU emulator build (setup.py) is the one to use.")
+    if not any((Path(home) / rel).is_file() for rel in ASCENDC_CMAKE):
+        raise CannNotFoundError(f"CANN not found: no ascendc.cmake under ASCEND_HOME_PATH={home}")
+    return Path(home)
+
+
+def build(build_dir: Path, soc_version: str = "Ascend910B1") -> Path:
+    home = cann_home()
+    import torch
+    import torch_npu  # noqa: F401  (the extension links it)
+
+    torch_dir = Path(torch.__file__).parent
+    torch_npu_dir = Path(sys.modules["torch_npu"].__file__).parent
+    subprocess.run(["cmake", "-S", str(NPU_PROJECT), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
+                    f"-DSOC_VERSION={soc_version}", f"-DTORCH_DIR={torch_dir}", f"-DTORCH_NPU_DIR={torch_npu_dir}",
+                    f"-DPython3_EXECUTABLE={sys.executable}"], check=True)
+    subprocess.run(["cmake", "--build", str(build_dir), "-j"], check=True)
+    found = sorted(Path(build_dir).glob("ascendc_torch_npu*.so"))
+    if not found:
+        raise RuntimeError(f"the build finished without producing ascendc_torch_npu*.so in {build_dir}")
+    return found[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aot_ops.ascendc_npu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--soc", default="Ascend910B1", help="SOC_VERSION (npu-smi info shows the chip)")
+    parser.add_argument("--build-dir", default="build/ascendc_npu")
+    args = parser.parse_args(argv)
+    try:
+        print(build(Path(args.build_dir), args.soc))
+    except CannNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

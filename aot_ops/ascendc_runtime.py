@@ -1,0 +1,74 @@
+"""The Ascend C library's runtime knobs, without MindSpore or torch.library: where it is, which path its operators
+took, and how its CPU emulator schedules cores.
+
+    from aot_ops import ascendc_runtime as rt
+    rt.reset_path_counts()
+    ...                                   # run aot_ops.ascendc.add_custom() or torch.ops.ascendc.add_custom
+    rt.path_count("AddCustom", "kernel")  # calls that ran the Ascend C kernel on the emulator
+    rt.path_count("AddCustom", "aten")    # calls that fell back to ATen (preconditions not met)
+    with rt.emulator(order="reversed", ub_bytes=256 * 1024):
+        ...                               # cores run last to first, with a 910A-sized Unified Buffer
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+from pathlib import Path
+
+from ._paths import library_path as _bundled_library
+
+LIBRARY = "libaot_ops_ascendc.so"
+CORE_ORDERS = ("in_order", "reversed", "threads")
+UB_910B = 192 * 1024
+UB_910A = 256 * 1024
+
+
+def library_path() -> Path:
+    """The library holding the Ascend C kernels, their emulator and their aot entry points."""
+    return _bundled_library(LIBRARY)
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_LOCAL)
+    lib.ascendc_path_count.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    lib.ascendc_path_count.restype = ctypes.c_int64
+    lib.ascendc_emulator_configure.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+    lib.ascendc_emulator_configure.restype = ctypes.c_int
+    lib.ascendc_emulator_order.restype = ctypes.c_char_p
+    lib.ascendc_emulator_ub_bytes.restype = ctypes.c_int64
+    lib.ms_ext_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def path_count(op: str, path: str) -> int:
+    """How many calls of `op` ("AddCustom", "LeakyReluCustom", "SoftmaxCustom") took `path` ("kernel": the Ascend C
+    kernel on the emulator; "aten": the ATen fallback) since the last reset. Set AOT_OPS_ASCENDC_LOG=1 to also
+    print every decision with the unmet precondition."""
+    return int(_lib().ascendc_path_count(op.encode(), path.encode()))
+
+
+def reset_path_counts() -> None:
+    _lib().ascendc_path_count_reset()
+
+
+def configure_emulator(order: str = "in_order", ub_bytes: int = UB_910B) -> None:
+    """Core order ("in_order", "reversed", "threads") and per-core UB size of every later launch in this process."""
+    if _lib().ascendc_emulator_configure(order.encode(), int(ub_bytes)) != 0:
+        raise ValueError(_lib().ms_ext_last_error().decode())
+
+
+def emulator_settings() -> tuple[str, int]:
+    return _lib().ascendc_emulator_order().decode(), int(_lib().ascendc_emulator_ub_bytes())
+
+
+@contextlib.contextmanager
+def emulator(order: str = "in_order", ub_bytes: int = UB_910B):
+    """configure_emulator for a `with` block, restoring the previous settings afterwards."""
+    previous = emulator_settings()
+    configure_emulator(order, ub_bytes)
+    try:
+        yield
+    finally:
+        configure_emulator(*previous)

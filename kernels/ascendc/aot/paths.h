@@ -1,0 +1,20 @@
+// Which path an operator took (the Ascend C kernel on the emulator, or the ATen fallback), counted per process so
+// callers and tests can see it: `ascendc_path_count("AddCustom", "kernel")`.
+#pragma once
+
+#include <cstdint>
+
+#include <ms_ext/c_api.h>
+
+extern "C" {
+// Number of calls of `op` that took `path` ("kernel" or "aten") since the last reset.
+MS_EXT_EXPORT int64_t ascendc_path_count(const char *op, const char *path);
+MS_EXT_EXPORT void ascendc_path_count_reset(void);
+}
+
+namespace ascendc_aot {
+
+// Counts the path; with AOT_OPS_ASCENDC_LOG=1 in the environment also prints it, with the reason for a fallback.
+void note_path(const char *op, const char *path, const char *reason = "");
+
+}  // namespace ascendc_aot

@@ -102,10 +102,17 @@ def record(op, sample) -> tuple[list[Call], Any]:
     return recorder.calls, out
 
 
+_UNINITIALISED = {"aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::empty_strided",
+                  "aten::empty"}
+
+
 def classify(calls: list[Call], out) -> None:
     """Raises OutOfScope for what the bridge does not cover."""
     if not _tensors(out):
         raise OutOfScope("returns no tensor")
+    for call in calls:
+        if call.func._schema.name in _UNINITIALISED:
+            raise OutOfScope(f"uninitialised output ({_qualified(call.func)})")
     if not calls:
         raise OutOfScope("makes no ATen call (Python-level op)")
     for call in calls:
@@ -116,7 +123,7 @@ def classify(calls: list[Call], out) -> None:
         if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
             raise OutOfScope(f"data-dependent output ({name})")
         returns = [str(r.type) for r in call.func._schema.returns]
-        if any(r not in ("Tensor", "List[Tensor]") for r in returns):
+        if returns and any(r not in ("Tensor", "List[Tensor]") for r in returns):
             raise OutOfScope(f"returns a non-tensor ({name} -> {', '.join(returns)})")
 
 
@@ -136,10 +143,24 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
             return type(value)(ms_of(v) for v in value)
         return value
 
+    def bridged(func, args, kwargs):
+        operator, tensors = operator_for(bind(func, args, kwargs))
+        return _run_graph(operator, tensors) if graph else operator(*tensors)
+
     for call in calls:
+        if not call.func._schema.returns:
+            continue  # a check that returns nothing (aten::_linalg_check_errors): it already passed in torch
         if _is_constant_producer(call.func, call.args, call.kwargs):
             for t in _tensors(call.out):
                 values[id(t)] = to_ms(t)
+            continue
+        if call.func._schema.name == "aten::copy_":
+            # self.copy_(src) as functional operators that have gradients (aten::copy has none in torch).
+            self_, src = call.args[0], call.args[1]
+            expanded = bridged(torch.ops.aten.expand.default, (ms_of(src), list(self_.shape)), {})
+            values[id(self_)] = bridged(torch.ops.aten._to_copy.default, (expanded,), {"dtype": self_.dtype})
+            for t in _tensors(call.out):
+                values[id(t)] = values[id(self_)]
             continue
         func, mutated = call.func, None
         if func._schema.is_mutable:
@@ -147,9 +168,7 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
             if func is None:
                 raise RuntimeError(f"in-place call {_qualified(call.func)} has no functional overload")
             mutated = call.args[0]
-        bound = bind(func, ms_of(call.args), ms_of(call.kwargs))
-        operator, tensors = operator_for(bound)
-        result = _run_graph(operator, tensors) if graph else operator(*tensors)
+        result = bridged(func, ms_of(call.args), ms_of(call.kwargs))
         results = list(result) if isinstance(result, tuple) else [result]
         produced = _tensors(call.out)
         if mutated is not None:
@@ -221,7 +240,9 @@ def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) 
         result.forward_graph = True
 
     if gradient:
-        diff = [i for i, t in enumerate(torch_inputs) if t.dtype.is_floating_point]
+        # OpInfo marks the inputs torch differentiates (requires_grad); others (a loss's target, batch norm's
+        # running statistics) are constants for the gradient.
+        diff = [i for i, t in enumerate(torch_inputs) if t.requires_grad and t.dtype.is_floating_point]
         outs = [e for e in expected if e.dtype.is_floating_point]
         if not diff or not outs:
             return
@@ -275,7 +296,8 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
         result.in_scope, result.reason = False, "no float32 support on CPU"
         return result
     try:
-        inputs = list(opinfo.sample_inputs("cpu", torch.float32, requires_grad=False))[:samples]
+        inputs = list(opinfo.sample_inputs("cpu", torch.float32,
+                                           requires_grad=bool(opinfo.supports_autograd)))[:samples]
     except Exception as exc:  # noqa: BLE001 - an OpInfo that cannot make float32 samples
         result.in_scope, result.reason = False, f"no float32 samples ({type(exc).__name__})"
         return result

@@ -30,6 +30,9 @@ class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in aten_op.cpp
     DTYPE = 12
     TENSOR_LIST = 13
     OPTIONAL_TENSOR_LIST = 14
+    WRAPPED_INT = 15      # a Python number given for a Tensor argument
+    WRAPPED_FLOAT = 16    # value: str repr
+    WRAPPED_BOOL = 17
 
 
 _MS_DTYPE_NAMES = {
@@ -66,6 +69,12 @@ def encode(call: BoundCall) -> tuple[dict[str, Any], list[Any], tuple]:
         name = f"aten_arg_{i}"
         if value is None or same_as_none(type_name):
             kind, encoded = ArgKind.NONE, None
+        elif type_name == "Tensor" and isinstance(value, bool):
+            kind, encoded = ArgKind.WRAPPED_BOOL, value
+        elif type_name == "Tensor" and isinstance(value, int):
+            kind, encoded = ArgKind.WRAPPED_INT, value
+        elif type_name == "Tensor" and isinstance(value, float):
+            kind, encoded = ArgKind.WRAPPED_FLOAT, repr(value)
         elif type_name == "Tensor":
             kind, encoded = ArgKind.TENSOR, add_input(value)
         elif type_name == "List[Tensor]":

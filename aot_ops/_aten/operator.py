@@ -14,7 +14,7 @@ from .._paths import library_path
 from .._primitive import AotOp
 from .bprops import make_bprop
 from .encode import encode
-from .schema import BoundCall, check_in_scope, out_variant, real_type, same_as_none
+from .schema import BoundCall, check_in_scope, is_tensor_value, out_variant, real_type, same_as_none
 
 _operators: dict[tuple, AotOp] = {}
 
@@ -25,7 +25,7 @@ def _substitute(call: BoundCall, tensors) -> tuple[list[Any], dict[str, Any]]:
     args, kwargs = [], {}
     for arg, value in zip(call.schema.arguments, call.values):
         type_name, _ = real_type(arg)
-        if value is not None and type_name == "Tensor":
+        if type_name == "Tensor" and is_tensor_value(value):
             value = next(it)
         elif value is not None and type_name == "List[Tensor]":
             value = [next(it) for _ in value]

@@ -48,7 +48,9 @@ def is_tensor_value(value: Any) -> bool:
 def _accepts(type_name: str, value: Any) -> bool:
     """Whether `value` can be passed for an argument of this (non-optional) schema type."""
     if type_name == "Tensor":
-        return is_tensor_value(value)
+        # A Python number where a tensor is expected is a "wrapped number", as in torch (x * 2.0 records
+        # aten::mul.Tensor(x, 2.0)); it promotes like a scalar.
+        return is_tensor_value(value) or isinstance(value, (bool, int, float))
     if type_name == "List[Tensor]":
         return isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value)
     if type_name == "List[Optional[Tensor]]":

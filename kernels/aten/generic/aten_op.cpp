@@ -10,6 +10,7 @@
 // The kinds and their encodings must match aot_ops/_aten/encode.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -38,7 +39,17 @@ enum class ArgKind : int64_t {
   Dtype = 12,          // value: MindSpore dtype name ("float32")
   TensorList = 13,     // value: int list of input indices
   OptionalTensorList = 14,  // value: int list of input indices, -1 for None
+  WrappedInt = 15,     // a Python number given for a Tensor argument (torch's "wrapped number")
+  WrappedFloat = 16,   // value: str repr
+  WrappedBool = 17,
 };
+
+// A 0-dim CPU tensor marked as a wrapped number: it promotes like a Python scalar (x_f16 * 2.0 stays float16).
+at::Tensor wrapped_number(const at::Scalar &value) {
+  at::Tensor t = at::scalar_tensor(value, at::TensorOptions().dtype(value.type()));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
 
 double parse_double(const std::string &text) {
   size_t used = 0;
@@ -122,9 +133,28 @@ struct AtenPlan {
       case ArgKind::ScalarFloat: arg.constant = at::Scalar(parse_double(attrs.get<std::string>(k))); break;
       case ArgKind::ScalarBool: arg.constant = at::Scalar(attrs.get<bool>(k)); break;
       case ArgKind::Dtype: arg.constant = ms_ext::scalar_type_from_ms(attrs.get<std::string>(k).c_str()); break;
+      case ArgKind::WrappedInt: arg.constant = wrapped_number(attrs.get<int64_t>(k)); break;
+      case ArgKind::WrappedFloat: arg.constant = wrapped_number(parse_double(attrs.get<std::string>(k))); break;
+      case ArgKind::WrappedBool: arg.constant = wrapped_number(attrs.get<bool>(k)); break;
       default: throw std::invalid_argument("argument " + std::to_string(i) + " has an unknown kind");
     }
     return arg;
+  }
+
+  // Marks the inputs of schema argument `name` as not differentiable; false if it has no input to mark.
+  bool mark_not_differentiable(const std::string &name, std::vector<bool> &differentiable) const {
+    const auto &arguments = op->schema().arguments();
+    bool marked = false;
+    for (size_t a = 0; a < arguments.size(); ++a) {
+      if (arguments[a].name() != name) continue;
+      for (int64_t i : args[a].inputs) {
+        if (i >= 0 && differentiable.at(i)) {
+          differentiable[i] = false;
+          marked = true;
+        }
+      }
+    }
+    return marked;
   }
 
   // The argument stack for the functional operator, with `tensor(i)` giving input i.
@@ -262,15 +292,33 @@ extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndim
     const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in);
     ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device);
     at::AutoGradMode enable_grad(true);
+    std::vector<bool> differentiable(n_in);
+    for (int i = 0; i < n_in; ++i)
+      differentiable[i] = at::isFloatingType(call.input(i).scalar_type()) || call.input(i).is_complex();
     std::vector<at::Tensor> leaves;
-    for (int i = 0; i < n_in; ++i) {
-      const at::Tensor &x = call.input(i);
-      const bool differentiable = at::isFloatingType(x.scalar_type()) || x.is_complex();
-      leaves.push_back(differentiable ? x.detach().requires_grad_(true) : x);
+    std::vector<at::Tensor> results;
+    // Some operators refuse a gradient for some floating inputs (batch norm's running statistics, a loss's target):
+    // torch names the argument, which then becomes non-differentiable, and the replay runs again.
+    for (int attempt = 0;; ++attempt) {
+      leaves.clear();
+      for (int i = 0; i < n_in; ++i)
+        leaves.push_back(differentiable[i] ? call.input(i).detach().requires_grad_(true) : call.input(i));
+      torch::jit::Stack s = plan.stack([&](int64_t i) { return leaves.at(i); });
+      try {
+        plan.op->callBoxed(s);
+      } catch (const c10::Error &e) {
+        const std::string what = e.what_without_backtrace();
+        const std::string marker = "is not differentiable with respect to argument '";
+        const size_t at = what.find(marker);
+        if (at == std::string::npos || attempt >= n_in) throw;
+        const size_t start = at + marker.size();
+        const std::string argument = what.substr(start, what.find('\'', start) - start);
+        if (!plan.mark_not_differentiable(argument, differentiable)) throw;
+        continue;
+      }
+      results = flatten_results(s);
+      break;
     }
-    torch::jit::Stack s = plan.stack([&](int64_t i) { return leaves.at(i); });
-    plan.op->callBoxed(s);
-    const std::vector<at::Tensor> results = flatten_results(s);
     if (static_cast<int>(results.size()) != n_cotangents)
       throw std::invalid_argument("the operator returned " + std::to_string(results.size()) + " tensors for " +
                                   std::to_string(n_cotangents) + " cotangents");

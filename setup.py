@@ -5,6 +5,7 @@
 --no-build-isolation matters: an isolated build environment would download the newest torch (with several GB of
 CUDA packages) instead of using the pinned torch 2.13 already installed.
 """
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,10 +19,11 @@ HERE = Path(__file__).resolve().parent
 class AotLibrary(Extension):
     """A shared library of aot entry points (not a Python extension module)."""
 
-    def __init__(self, name: str, sources: list[Path], include_dirs: list[Path] = ()):
+    def __init__(self, name: str, sources: list[Path], include_dirs: list[Path] = (), cflags: list[str] = ()):
         super().__init__(name, sources=[])
         self.aot_sources = sources
         self.aot_include_dirs = list(include_dirs)
+        self.aot_cflags = list(cflags)
 
 
 class BuildAotLibraries(build_ext):
@@ -48,7 +50,8 @@ class BuildAotLibraries(build_ext):
         # A persistent build folder keeps ninja's incremental state between installs.
         build_dir = HERE / "build" / "aot_libraries" / output.stem
         spec = builder.LibrarySpec(name=output.stem, sources=[HERE / s for s in ext.aot_sources],
-                                   extra_include_paths=[HERE / p for p in ext.aot_include_dirs])
+                                   extra_include_paths=[HERE / p for p in ext.aot_include_dirs],
+                                   extra_cflags=ext.aot_cflags)
         builder.build_library(spec, build_dir, output, verbose=self.verbose > 1)
 
 
@@ -72,8 +75,21 @@ def ascendc_include_dirs() -> list[Path]:
     return [ASCENDC / d for d in ("emulator", "tiling", "host_cpu", "aot")]
 
 
+def cuda_library() -> list[AotLibrary]:
+    """The CUDA builds of the bundled kernels plus add2 (kernels/cuda), only where they can be linked: a CUDA build
+    of torch, nvcc and TORCH_CUDA_ARCH_LIST. The same kernel sources as the CPU library, with CUDA placement."""
+    sys.path.insert(0, str(HERE))
+    from aot_ops._build import cuda
+
+    if cuda.nvcc() is None or cuda.why_not_linkable(use_torch=True) or not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return []
+    sources = cpu_kernel_sources() + sorted(p.relative_to(HERE) for p in (HERE / "kernels" / "cuda").glob("*.cu"))
+    return [AotLibrary("aot_ops.lib.libaot_ops_cuda", sources, [Path("kernels") / "cuda"], cuda.host_cflags())]
+
+
 setup(
     ext_modules=[AotLibrary("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
-                 AotLibrary("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs())],
+                 AotLibrary("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs()),
+                 *cuda_library()],
     cmdclass={"build_ext": BuildAotLibraries},
 )

@@ -45,12 +45,12 @@ def is_tensor_value(value: Any) -> bool:
     return value is CALL_TIME or isinstance(value, (ms.Tensor, torch.Tensor))
 
 
-def _accepts(type_name: str, value: Any) -> bool:
+def _accepts(type_name: str, value: Any, wrapped_numbers: bool = True) -> bool:
     """Whether `value` can be passed for an argument of this (non-optional) schema type."""
     if type_name == "Tensor":
         # A Python number where a tensor is expected is a "wrapped number", as in torch (x * 2.0 records
         # aten::mul.Tensor(x, 2.0)); it promotes like a scalar.
-        return is_tensor_value(value) or isinstance(value, (bool, int, float))
+        return is_tensor_value(value) or (wrapped_numbers and isinstance(value, (bool, int, float)))
     if type_name == "List[Tensor]":
         return isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value)
     if type_name == "List[Optional[Tensor]]":
@@ -121,8 +121,10 @@ class BoundCall:
         return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
 
 
-def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
-    """Binds like Python binds a call: positional, then keywords, then defaults; TypeError when it does not fit."""
+def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any],
+         wrapped_numbers: bool = True) -> BoundCall:
+    """Binds like Python binds a call: positional, then keywords, then defaults; TypeError when it does not fit.
+    `wrapped_numbers=False` refuses Python numbers for tensor arguments (overload resolution tries that first)."""
     schema = overload._schema
     params = [a for a in schema.arguments if not a.is_out]
     positional = [a for a in params if not a.kwarg_only]
@@ -150,7 +152,7 @@ def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str,
         if value is None and optional:
             ordered.append(None)
             continue
-        if not _accepts(type_name, value):
+        if not _accepts(type_name, value, wrapped_numbers):
             raise TypeError(f"argument '{a.name}' must be {a.real_type}, not {type(value).__name__}")
         ordered.append(value)
     return BoundCall(overload, tuple(ordered))
@@ -202,13 +204,16 @@ def overload_for(name: str) -> torch._ops.OpOverload | None:
 
 
 def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
-    """The first overload (in torch's order) the arguments bind to, like torch.ops.aten.<op>(...) picks one."""
+    """The first overload (in torch's order) the arguments bind to, like torch.ops.aten.<op>(...) picks one; a
+    number stands for a tensor only when no overload takes it as a number (max(x, 1) is max.dim, not max.other)."""
     errors = []
-    for name in functional_overloads(packet):
-        try:
-            return bind(getattr(packet, name), args, kwargs)
-        except TypeError as exc:
-            errors.append(f"  {getattr(packet, name)._schema}: {exc}")
+    for wrapped_numbers in (False, True):
+        errors = []
+        for name in functional_overloads(packet):
+            try:
+                return bind(getattr(packet, name), args, kwargs, wrapped_numbers)
+            except TypeError as exc:
+                errors.append(f"  {getattr(packet, name)._schema}: {exc}")
     raise TypeError(f"aten::{packet._qualified_op_name.split('::')[-1]}: no overload matches these arguments:\n"
                     + "\n".join(errors))
 

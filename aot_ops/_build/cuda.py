@@ -106,6 +106,19 @@ def nvcc_cflags(use_torch: bool) -> list[str]:
     return flags
 
 
+def host_cflags() -> list[str]:
+    """Flags for C++ (non-.cu) sources whose ms_ext entry points run on CUDA: the bundled ATen kernels build for the
+    GPU from the same sources, with CUDA placement and the CUDA runtime headers."""
+    from . import toolchain
+
+    home = cuda_home()
+    flags = ["-DMS_EXT_TARGET_CUDA"] + ([f"-isystem{home / 'include'}"] if home else [])
+    includes = toolchain.torch_info().include_dirs
+    if not any((Path(inc) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists() for inc in includes):
+        flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
+    return flags
+
+
 @functools.lru_cache(maxsize=None)
 def driver_available() -> bool:
     """Whether the CUDA driver library can be loaded (it comes with the GPU driver, not with the toolkit)."""

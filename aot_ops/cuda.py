@@ -1,0 +1,69 @@
+"""The GPU side: the CUDA builds of the bundled kernels and the custom add2 kernel, for MindSpore and PyTorch.
+
+On a machine with a CUDA build of torch, nvcc and TORCH_CUDA_ARCH_LIST set, add2 is reachable three ways:
+- JIT: `aot_ops.cuda.add2_library()` (aot_ops.load of kernels/cuda/add2.cu, cached);
+- setuptools: `pip install --no-build-isolation -e .` also builds aot_ops/lib/libaot_ops_cuda.so
+  (`library_path()`), which holds add2 and the CUDA variants of every bundled kernel (LeakyRelu, Add, Mul,
+  Matmul, Softmax, ..., AtenOp);
+- CMake: kernels/cuda/CMakeLists.txt (find_package(Torch)).
+Each gives the MindSpore aot entry `Add2` and the PyTorch operator torch.ops.aot_ops_cuda.add2 (its fake
+implementation is registered here, for torch.compile).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from ._paths import LIB_DIR
+
+CUDA_LIBRARY = "libaot_ops_cuda.so"
+KERNELS = Path(__file__).resolve().parent.parent / "kernels" / "cuda"
+
+
+def library_path() -> Path:
+    """The CUDA library setup.py built (FileNotFoundError, with the reason, where it could not be built)."""
+    path = LIB_DIR / CUDA_LIBRARY
+    if not path.is_file():
+        from ._build import cuda
+
+        why = cuda.why_not_linkable(use_torch=True) or "TORCH_CUDA_ARCH_LIST was not set at install time"
+        raise FileNotFoundError(f"{path} was not built: {why}")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def add2_library():
+    """add2 built just in time with aot_ops.load (cached across processes)."""
+    from ._library import load
+
+    return load("add2", [KERNELS / "add2.cu"], extra_include_paths=[KERNELS])
+
+
+def add2(library=None):
+    """out = a + b on the GPU (float32, float16) as a MindSpore operator, from `library` (a path or a Library;
+    default: the JIT build)."""
+    from ._primitive import AotOp
+
+    lib = library if library is not None else add2_library()
+    path = lib.path if hasattr(lib, "path") else lib
+    return AotOp(path, "Add2")
+
+
+def load_torch_op(library) -> None:
+    """Loads a library holding add2 into this process, which registers torch.ops.aot_ops_cuda.add2, and adds the
+    fake implementation torch.compile traces with."""
+    import ctypes
+
+    import torch
+
+    ctypes.CDLL(str(library.path if hasattr(library, "path") else library), mode=ctypes.RTLD_GLOBAL)
+    _register_fake(torch)
+
+
+@functools.lru_cache(maxsize=None)
+def _register_fake(torch) -> None:
+    @torch.library.register_fake("aot_ops_cuda::add2")
+    def _(a, b):
+        torch._check(a.shape == b.shape, lambda: "add2: a and b must have the same shape")
+        torch._check(a.dtype == b.dtype, lambda: "add2: a and b must have the same dtype")
+        return torch.empty_like(a, memory_format=torch.contiguous_format)

@@ -1,0 +1,178 @@
+"""The GPU path: CUDA builds of the kernels, MindSpore's stream, add2.
+
+Here (no GPU, CPU torch) every CUDA translation unit is compiled for TORCH_CUDA_ARCH_LIST=9.0; the tests that need
+a GPU run through the harness (MindSpore's seven arguments, a real non-default CUDA stream, buffers from torch) on
+a machine with one, and are skipped here with the reason.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aot_ops._build import builder, cuda
+from support import REPO
+
+KERNEL_SOURCES = sorted((REPO / "kernels" / "aten" / "cpu").glob("*.cpp")) + \
+    sorted((REPO / "kernels" / "aten" / "generic").glob("*.cpp"))
+ADD2 = REPO / "kernels" / "cuda" / "add2.cu"
+ENTRIES = ["LeakyRelu", "Add", "Mul", "Matmul", "Softmax", "AtenOp", "AtenOpBackward"]
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
+                               reason="no CUDA device here (CPU build of torch, no GPU): run on a GPU machine")
+needs_nvcc = pytest.mark.skipif(cuda.nvcc() is None, reason="nvcc is not installed")
+
+
+def cuda_spec(name: str) -> builder.LibrarySpec:
+    return builder.LibrarySpec(name=name, sources=[ADD2, *KERNEL_SOURCES], extra_include_paths=[ADD2.parent],
+                               extra_cflags=cuda.host_cflags())
+
+
+@pytest.fixture(scope="module")
+def cuda_objects(tmp_path_factory):
+    """Every CUDA translation unit compiled (not linked) for sm_90: add2.cu with nvcc, the bundled kernels with
+    CUDA placement against the CUDA runtime headers and torch's c10/cuda headers."""
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    try:
+        return builder.build_objects(cuda_spec("cuda_check"), tmp_path_factory.mktemp("cuda_build"))
+    finally:
+        if old is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+
+
+def symbols(obj: Path) -> str:
+    return subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+
+
+@needs_nvcc
+def test_add2_compiles_with_nvcc_for_sm90(cuda_objects):
+    add2 = next(o for o in cuda_objects if "add2" in o.name)
+    sections = subprocess.run(["readelf", "-S", str(add2)], capture_output=True, text=True).stdout
+    assert ".nv_fatbin" in sections  # device code was generated
+    table = symbols(add2)
+    assert " T Add2" in table and " T ms_ext_signature_Add2" in table
+    assert "add2::add2_vectorised" in table  # the kernel's host stub
+
+
+@needs_nvcc
+def test_bundled_kernels_compile_with_cuda_placement(cuda_objects):
+    defined = "".join(symbols(o) for o in cuda_objects)
+    for entry in ENTRIES:
+        assert f" T {entry}\n" in defined, entry
+    # The CUDA placement is what the CPU build lacks: MindSpore's stream wrapped as torch's current stream.
+    assert "c10::cuda::getStreamFromExternal" in defined
+
+
+def test_missing_arch_list_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    with pytest.raises(cuda.CudaSetupError, match="TORCH_CUDA_ARCH_LIST is not set"):
+        cuda.arch_flags()
+
+
+def test_add2_torch_operator_has_a_fake_implementation():
+    """torch.compile traces add2 through its fake implementation (registered in Python, needs no GPU)."""
+    src = (REPO / "aot_ops" / "cuda.py").read_text()
+    assert 'register_fake("aot_ops_cuda::add2")' in src
+    assert 'TORCH_LIBRARY(aot_ops_cuda, m) { m.def("add2(Tensor a, Tensor b) -> Tensor"); }' in ADD2.read_text()
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpu_library(tmp_path_factory):
+    import aot_ops
+
+    return aot_ops.load("aot_ops_cuda_test", [ADD2, *KERNEL_SOURCES], extra_include_paths=[ADD2.parent],
+                        extra_cflags=cuda.host_cflags())
+
+
+def cases(device):
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(1000, 257, device=device, generator=g)
+    b = torch.randn(1000, 257, device=device, generator=g)
+    w = torch.randn(257, 64, device=device, generator=g)
+    return [
+        ("LeakyRelu", [a], F.leaky_relu(a, 0.01)),
+        ("Add", [a, b[:1]], a + b[:1]),
+        ("Mul", [a, b], a * b),
+        ("Matmul", [a, w], a @ w),
+        ("Softmax", [a], torch.softmax(a, -1)),
+        ("Add2", [a, b], a + b),
+        ("Add2", [a.half(), b.half()], a.half() + b.half()),
+        ("Add2", [a.flatten()[1:], b.flatten()[1:]], a.flatten()[1:] + b.flatten()[1:]),  # unaligned: scalar path
+    ]
+
+
+@needs_gpu
+def test_every_cuda_entry_matches_torch_on_a_non_default_stream(gpu_library):
+    from aot_ops import harness
+
+    stream = torch.cuda.Stream()
+    for name, inputs, expected in cases("cuda"):
+        inputs = [t.contiguous() for t in inputs]
+        out = torch.full_like(expected, float("nan"))
+        harness.call(gpu_library.path, name, inputs, [out], stream=stream.cuda_stream)
+        stream.synchronize()
+        torch.testing.assert_close(out, expected, msg=name)
+
+
+@needs_gpu
+def test_work_is_ordered_on_mindsporess_stream_without_host_sync(gpu_library):
+    """A slow kernel writes the input on the stream; the bridged op, launched right after on the same stream with no
+    host synchronisation, must see the finished input; reading back on the stream must see the op's result."""
+    from aot_ops import harness
+
+    stream = torch.cuda.Stream()
+    x = torch.randn(1 << 22, device="cuda")
+    a = torch.empty_like(x)
+    out = torch.empty_like(x)
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # ~ tens of ms of GPU time before `a` is written
+        a.copy_(x * 2)
+        harness.call(gpu_library.path, "Add2", [a, x], [out], stream=stream.cuda_stream)
+        for name in ("LeakyRelu",):
+            harness.call(gpu_library.path, name, [out], [a], stream=stream.cuda_stream)
+        read_back = a.clone()
+    stream.synchronize()
+    torch.testing.assert_close(read_back, F.leaky_relu(x * 3, 0.01))
+
+
+@needs_gpu
+def test_mismatched_output_shape_reports_the_error(gpu_library):
+    from aot_ops import harness
+
+    a = torch.randn(4, 5, device="cuda")
+    with pytest.raises(harness.AotCallError, match=r"Add2: output 0 has shape \[5, 4\]"):
+        harness.call(gpu_library.path, "Add2", [a, a], [torch.empty(5, 4, device="cuda")])
+
+
+@needs_gpu
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="compute-sanitizer is not installed")
+def test_compute_sanitizer_finds_no_error_in_the_entry_points(gpu_library):
+    script = textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(REPO / 'tests')!r})
+        from aot_ops import harness
+        from test_cuda import cases
+        stream = torch.cuda.Stream()
+        for name, inputs, expected in cases("cuda"):
+            out = torch.empty_like(expected)
+            harness.call({str(gpu_library.path)!r}, name, [t.contiguous() for t in inputs], [out],
+                         stream=stream.cuda_stream)
+        stream.synchronize()
+        print("done")
+    """)
+    proc = subprocess.run(["compute-sanitizer", "--error-exitcode", "1", sys.executable, "-c", script],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ERROR SUMMARY: 0 errors" in proc.stdout

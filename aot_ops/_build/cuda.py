@@ -100,7 +100,8 @@ def nvcc_cflags(use_torch: bool) -> list[str]:
     if use_torch:
         info = toolchain.torch_info()
         flags.append(f"-D_GLIBCXX_USE_CXX11_ABI={info.cxx11_abi}")
-        flags += [f"-isystem{inc}" for inc in info.include_dirs]
+        for inc in info.include_dirs:
+            flags += ["-isystem", inc]  # nvcc wants the directory as a separate argument
         if not any((Path(inc) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists() for inc in info.include_dirs):
             flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     return flags
@@ -112,7 +113,7 @@ def host_cflags() -> list[str]:
     from . import toolchain
 
     home = cuda_home()
-    flags = ["-DMS_EXT_TARGET_CUDA"] + ([f"-isystem{home / 'include'}"] if home else [])
+    flags = ["-DMS_EXT_TARGET_CUDA"] + (["-isystem", str(home / "include")] if home else [])
     includes = toolchain.torch_info().include_dirs
     if not any((Path(inc) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists() for inc in includes):
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")

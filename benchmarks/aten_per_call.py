@@ -6,33 +6,16 @@ kernel and torch eager (CPU, PyNative).
 Median of 5 rounds of the mean time per call; each MindSpore round ends by reading the last result back (PyNative
 launches asynchronously). Ratios are measured in the same run.
 """
-import statistics
-import time
-
 import mindspore as ms
 import numpy as np
 import torch
 
 import aot_ops
+from _timing import per_call_us
 from aot_ops import aten
 
 ms.set_device("CPU")
 ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
-def per_call_us(fn, repeat):
-    for _ in range(max(3, repeat // 10)):
-        fn()
-    rounds = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(repeat - 1):
-            fn()
-        result = fn()
-        if isinstance(result, ms.Tensor):
-            result.asnumpy()
-        rounds.append((time.perf_counter() - start) / repeat * 1e6)
-    return statistics.median(rounds)
 
 
 def main():

@@ -7,33 +7,16 @@ each round (MindSpore's PyNative launches asynchronously; reading the last resul
 Ratios are measured in the same run.
 """
 import argparse
-import statistics
-import time
-
 import mindspore as ms
 import numpy as np
 import torch
 from mindspore import ops
 
 import aot_ops
+from _timing import per_call_us
 
 ms.set_device("CPU")
 ms.set_context(mode=ms.PYNATIVE_MODE)
-
-
-def per_call_us(fn, repeat):
-    for _ in range(max(3, repeat // 10)):  # warm-up: kernel creation, caches
-        fn()
-    rounds = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(repeat - 1):
-            fn()
-        result = fn()
-        if isinstance(result, ms.Tensor):
-            result.asnumpy()  # waits for every queued launch
-        rounds.append((time.perf_counter() - start) / repeat * 1e6)
-    return statistics.median(rounds)
 
 
 def main():

@@ -108,29 +108,26 @@ def test_gradient_matches_torch_autograd(name, dtype, mode):
     check_gradient(CASES[name], inputs_for(CASES[name].shapes, dtype))
 
 
+def check_forward_and_gradient(name, shapes):
+    inputs = inputs_for(shapes, torch.float32)
+    check_forward(CASES[name], inputs)
+    check_gradient(CASES[name], inputs)
+
+
 @pytest.mark.parametrize("name", SCALAR_SHAPES)
 def test_zero_dim_inputs(name, mode):
-    case = CASES[name]
-    inputs = inputs_for(SCALAR_SHAPES[name], torch.float32)
-    check_forward(case, inputs)
-    check_gradient(case, inputs)
+    check_forward_and_gradient(name, SCALAR_SHAPES[name])
 
 
 @pytest.mark.parametrize("name", EMPTY_SHAPES)
 def test_empty_inputs(name, mode):
-    case = CASES[name]
-    inputs = inputs_for(EMPTY_SHAPES[name], torch.float32)
-    check_forward(case, inputs)
-    check_gradient(case, inputs)
+    check_forward_and_gradient(name, EMPTY_SHAPES[name])
 
 
 @pytest.mark.parametrize("name", LARGE_SHAPES)
 def test_large_inputs(name, mode):
-    case = CASES[name]
-    inputs = inputs_for(LARGE_SHAPES[name], torch.float32)
-    assert builtins.sum(t.numel() for t in inputs) >= 1 << 20
-    check_forward(case, inputs)
-    check_gradient(case, inputs)
+    assert builtins.sum(torch.Size(s).numel() for s in LARGE_SHAPES[name]) >= 1 << 20
+    check_forward_and_gradient(name, LARGE_SHAPES[name])
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", [(torch.int32, torch.float32), (torch.bool, torch.int8),

@@ -110,9 +110,12 @@ def classify(calls: list[Call], out) -> None:
     """Raises OutOfScope for what the bridge does not cover."""
     if not _tensors(out):
         raise OutOfScope("returns no tensor")
-    for call in calls:
-        if call.func._schema.name in _UNINITIALISED:
-            raise OutOfScope(f"uninitialised output ({_qualified(call.func)})")
+    last_producer = {id(t): call for call in calls for t in _tensors(call.out)}  # in-place calls come later
+    for t in _tensors(out):
+        producer = last_producer.get(id(t))
+        if producer is not None and producer.func._schema.name in _UNINITIALISED:
+            raise OutOfScope(f"output is an uninitialised allocation ({_qualified(producer.func)}) or is written "
+                             "through views of one, which the replay cannot follow")
     if not calls:
         raise OutOfScope("makes no ATen call (Python-level op)")
     for call in calls:

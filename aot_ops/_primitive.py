@@ -76,6 +76,7 @@ class AotOp(ops.Custom):
             func_type="aot", bprop=bprop,
             reg_info=_reg_info(symbol, signature.inputs, signature.outputs) if self_infers else None)
         self.library = library
+        self._dtype_answers: dict = {}  # MindSpore asks on every PyNative call
         self.symbol = symbol
         self.infer = infer
         self.signature = signature
@@ -92,8 +93,12 @@ class AotOp(ops.Custom):
 
     def _rule_dtypes(self, *ms_dtypes):
         """out_dtype for kernels with rules: the kernel's dtype rule, as MindSpore tensor types."""
-        out = _tensor_types(self.signature.output_dtypes([_dtypes.to_torch(d) for d in ms_dtypes]))
-        return out[0] if len(out) == 1 else tuple(out)
+        key = tuple(str(d) for d in ms_dtypes)
+        answer = self._dtype_answers.get(key)
+        if answer is None:
+            out = _tensor_types(self.signature.output_dtypes([_dtypes.to_torch(d) for d in ms_dtypes]))
+            answer = self._dtype_answers[key] = out[0] if len(out) == 1 else tuple(out)
+        return answer
 
     def __infer__(self, *args):
         if self.infer is None:

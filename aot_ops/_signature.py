@@ -41,6 +41,7 @@ class KernelSignature:
         self.infer = fields.get("infer") == "1"  # shape and dtype rules: C++ InferShape and the dtype rule
         self.dtypes = tuple(_MS_NAMES[n] for n in fields.get("dtypes", "").split(",") if n)  # empty: any
         self._library = library
+        self._output_dtypes: dict[tuple, list[torch.dtype]] = {}  # PyNative asks on every call
 
     def check(self, dtypes: Sequence[torch.dtype]) -> None:
         if len(dtypes) != self.inputs:
@@ -55,13 +56,18 @@ class KernelSignature:
 
     def output_dtypes(self, dtypes: Sequence[torch.dtype]) -> list[torch.dtype]:
         """The kernel's own dtype rule (C++), evaluated for these input dtypes."""
+        key = tuple(dtypes)
+        known = self._output_dtypes.get(key)
+        if known is not None:
+            return known
         self.check(dtypes)
         rule = getattr(self._library, f"ms_ext_output_types_{self.symbol}")
         codes_in = (ctypes.c_int * max(len(dtypes), 1))(*[_CODES[d] for d in dtypes])
         codes_out = (ctypes.c_int * self.outputs)()
         if rule(len(dtypes), codes_in, codes_out, self.outputs) != 0:
             raise TypeError(self._library.ms_ext_last_error().decode("utf-8", errors="replace"))
-        return [_BY_CODE[c] for c in codes_out]
+        result = self._output_dtypes[key] = [_BY_CODE[c] for c in codes_out]
+        return result
 
 
 @functools.lru_cache(maxsize=None)

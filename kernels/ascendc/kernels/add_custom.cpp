@@ -1,5 +1,5 @@
-// z = x + y in fp16, split evenly across blockDim cores, each core's share in TILE_NUM tiles with two buffers per
-// queue so the copy of one tile overlaps the addition of the other on the NPU.
+// z = x + y in fp16. Each core takes an equal contiguous share of the vectors and streams it through the Unified
+// Buffer in kStages tile pairs: two buffers per queue let the NPU load tile i+1 while it adds tile i.
 //
 // Preconditions (checked by the host before launch, see add_custom_tiling.h): totalLength is a multiple of
 // 256 * blockDim, so every tile is a whole number of 32-B blocks (ascend-c.md: DataCopy lengths are multiples of
@@ -12,72 +12,75 @@ namespace {
 
 // Mirrored by add_custom_tiling.h (kBufferNum, kTileNum), which the hosts use to check the preconditions; the
 // kernel includes no host header because CANN compiles this file for the AI core.
-constexpr int32_t BUFFER_NUM = 2;
-constexpr int32_t TILE_NUM = 8;
+constexpr int32_t kBuffersPerQueue = 2;
+constexpr int32_t kTilesPerBuffer = 8;
+constexpr int32_t kStages = kTilesPerBuffer * kBuffersPerQueue;  // tiles each core streams
 
-class KernelAdd {
+// One core's share: three global windows and the three queues its tiles travel through.
+class HalfAdder {
  public:
-  __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength) {
-    blockLength_ = totalLength / GetBlockNum();
-    tileLength_ = blockLength_ / TILE_NUM / BUFFER_NUM;
-    const uint64_t start = blockLength_ * GetBlockIdx();
-    xGm_.SetGlobalBuffer((__gm__ half *)x + start, blockLength_);
-    yGm_.SetGlobalBuffer((__gm__ half *)y + start, blockLength_);
-    zGm_.SetGlobalBuffer((__gm__ half *)z + start, blockLength_);
-    pipe_.InitBuffer(inQueueX_, BUFFER_NUM, tileLength_ * sizeof(half));
-    pipe_.InitBuffer(inQueueY_, BUFFER_NUM, tileLength_ * sizeof(half));
-    pipe_.InitBuffer(outQueueZ_, BUFFER_NUM, tileLength_ * sizeof(half));
+  __aicore__ inline HalfAdder(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength)
+      : share_(totalLength / GetBlockNum()), tile_(share_ / kStages) {
+    const uint64_t first = static_cast<uint64_t>(share_) * GetBlockIdx();
+    lhs_.SetGlobalBuffer(reinterpret_cast<__gm__ half *>(x) + first, share_);
+    rhs_.SetGlobalBuffer(reinterpret_cast<__gm__ half *>(y) + first, share_);
+    sum_.SetGlobalBuffer(reinterpret_cast<__gm__ half *>(z) + first, share_);
+    pipe_.InitBuffer(lhsTiles_, kBuffersPerQueue, tile_ * sizeof(half));
+    pipe_.InitBuffer(rhsTiles_, kBuffersPerQueue, tile_ * sizeof(half));
+    pipe_.InitBuffer(sumTiles_, kBuffersPerQueue, tile_ * sizeof(half));
   }
 
-  __aicore__ inline void Process() {
-    const int32_t loopCount = TILE_NUM * BUFFER_NUM;
-    for (int32_t i = 0; i < loopCount; i++) {
-      CopyIn(i);
-      Compute();
-      CopyOut(i);
+  __aicore__ inline void Run() {
+    for (int32_t stage = 0; stage < kStages; ++stage) {
+      const uint32_t at = static_cast<uint32_t>(stage) * tile_;
+      Load(at);
+      AddLoaded();
+      Store(at);
     }
   }
 
  private:
-  __aicore__ inline void CopyIn(int32_t progress) {
-    LocalTensor<half> xLocal = inQueueX_.AllocTensor<half>();
-    LocalTensor<half> yLocal = inQueueY_.AllocTensor<half>();
-    DataCopy(xLocal, xGm_[progress * tileLength_], tileLength_);
-    DataCopy(yLocal, yGm_[progress * tileLength_], tileLength_);
-    inQueueX_.EnQue(xLocal);
-    inQueueY_.EnQue(yLocal);
+  // GM -> UB: both operands of one tile.
+  __aicore__ inline void Load(uint32_t at) {
+    LocalTensor<half> a = lhsTiles_.AllocTensor<half>();
+    LocalTensor<half> b = rhsTiles_.AllocTensor<half>();
+    DataCopy(a, lhs_[at], tile_);
+    DataCopy(b, rhs_[at], tile_);
+    lhsTiles_.EnQue(a);
+    rhsTiles_.EnQue(b);
   }
 
-  __aicore__ inline void Compute() {
-    LocalTensor<half> xLocal = inQueueX_.DeQue<half>();
-    LocalTensor<half> yLocal = inQueueY_.DeQue<half>();
-    LocalTensor<half> zLocal = outQueueZ_.AllocTensor<half>();
-    Add(zLocal, xLocal, yLocal, tileLength_);
-    outQueueZ_.EnQue<half>(zLocal);
-    inQueueX_.FreeTensor(xLocal);
-    inQueueY_.FreeTensor(yLocal);
+  // UB -> UB: the vector unit adds the loaded pair into a result tile.
+  __aicore__ inline void AddLoaded() {
+    LocalTensor<half> a = lhsTiles_.DeQue<half>();
+    LocalTensor<half> b = rhsTiles_.DeQue<half>();
+    LocalTensor<half> c = sumTiles_.AllocTensor<half>();
+    Add(c, a, b, tile_);
+    sumTiles_.EnQue<half>(c);
+    lhsTiles_.FreeTensor(a);
+    rhsTiles_.FreeTensor(b);
   }
 
-  __aicore__ inline void CopyOut(int32_t progress) {
-    LocalTensor<half> zLocal = outQueueZ_.DeQue<half>();
-    DataCopy(zGm_[progress * tileLength_], zLocal, tileLength_);
-    outQueueZ_.FreeTensor(zLocal);
+  // UB -> GM: the result tile.
+  __aicore__ inline void Store(uint32_t at) {
+    LocalTensor<half> c = sumTiles_.DeQue<half>();
+    DataCopy(sum_[at], c, tile_);
+    sumTiles_.FreeTensor(c);
   }
 
+  uint32_t share_;
+  uint32_t tile_;
+  GlobalTensor<half> lhs_, rhs_, sum_;
   TPipe pipe_;
   // Depth 1: each stage enqueues one tile and the next stage dequeues it before another is enqueued; the two
   // buffers per queue are the double buffering (ascend-c.md: depth is not the buffer count).
-  TQue<QuePosition::VECIN, 1> inQueueX_, inQueueY_;
-  TQue<QuePosition::VECOUT, 1> outQueueZ_;
-  GlobalTensor<half> xGm_, yGm_, zGm_;
-  uint32_t blockLength_ = 0;
-  uint32_t tileLength_ = 0;
+  TQue<QuePosition::VECIN, 1> lhsTiles_, rhsTiles_;
+  TQue<QuePosition::VECOUT, 1> sumTiles_;
 };
 
 }  // namespace
 
 extern "C" __global__ __aicore__ void add_custom(GM_ADDR x, GM_ADDR y, GM_ADDR z, uint32_t totalLength) {
-  KernelAdd op;
-  op.Init(x, y, z, totalLength);
-  op.Process();
+  HalfAdder adder(x, y, z, totalLength);
+  adder.Run();
 }

@@ -11,10 +11,10 @@ using namespace AscendC;
 
 namespace {
 
-constexpr int32_t BUFFER_NUM = 2;
+constexpr int32_t kBuffersPerQueue = 2;
 constexpr uint32_t BLOCK_ELEMENTS = 16;  // 32 B of fp16; leaky_relu_custom_tiling.h's kBlockElements
 
-class KernelLeakyRelu {
+class LeakyReluCore {
  public:
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, uint32_t totalLength, uint32_t tileLength, float negativeSlope) {
     const auto share = ascendc_tiling::core_share(totalLength / BLOCK_ELEMENTS,
@@ -25,28 +25,28 @@ class KernelLeakyRelu {
     slope_ = negativeSlope;  // rounded to half: vector scalars have the operand's type on the NPU
     xGm_.SetGlobalBuffer((__gm__ half *)x + start, length_);
     yGm_.SetGlobalBuffer((__gm__ half *)y + start, length_);
-    pipe_.InitBuffer(inQueue_, BUFFER_NUM, tileLength_ * sizeof(half));
-    pipe_.InitBuffer(outQueue_, BUFFER_NUM, tileLength_ * sizeof(half));
+    pipe_.InitBuffer(inQueue_, kBuffersPerQueue, tileLength_ * sizeof(half));
+    pipe_.InitBuffer(outQueue_, kBuffersPerQueue, tileLength_ * sizeof(half));
     pipe_.InitBuffer(negative_, tileLength_ * sizeof(half));
   }
 
   __aicore__ inline void Process() {
     for (uint32_t offset = 0; offset < length_; offset += tileLength_) {
       const uint32_t count = length_ - offset < tileLength_ ? length_ - offset : tileLength_;  // the tail
-      CopyIn(offset, count);
-      Compute(count);
-      CopyOut(offset, count);
+      LoadTile(offset, count);
+      ComputeTile(count);
+      StoreTile(offset, count);
     }
   }
 
  private:
-  __aicore__ inline void CopyIn(uint32_t offset, uint32_t count) {
+  __aicore__ inline void LoadTile(uint32_t offset, uint32_t count) {
     LocalTensor<half> xLocal = inQueue_.AllocTensor<half>();
     DataCopy(xLocal, xGm_[offset], count);
     inQueue_.EnQue(xLocal);
   }
 
-  __aicore__ inline void Compute(uint32_t count) {
+  __aicore__ inline void ComputeTile(uint32_t count) {
     LocalTensor<half> xLocal = inQueue_.DeQue<half>();
     LocalTensor<half> yLocal = outQueue_.AllocTensor<half>();
     LocalTensor<half> negative = negative_.Get<half>();
@@ -61,7 +61,7 @@ class KernelLeakyRelu {
     inQueue_.FreeTensor(xLocal);
   }
 
-  __aicore__ inline void CopyOut(uint32_t offset, uint32_t count) {
+  __aicore__ inline void StoreTile(uint32_t offset, uint32_t count) {
     LocalTensor<half> yLocal = outQueue_.DeQue<half>();
     DataCopy(yGm_[offset], yLocal, count);
     outQueue_.FreeTensor(yLocal);
@@ -81,7 +81,7 @@ class KernelLeakyRelu {
 
 extern "C" __global__ __aicore__ void leaky_relu_custom(GM_ADDR x, GM_ADDR y, uint32_t totalLength,
                                                         uint32_t tileLength, float negativeSlope) {
-  KernelLeakyRelu op;
+  LeakyReluCore op;
   op.Init(x, y, totalLength, tileLength, negativeSlope);
   op.Process();
 }

@@ -11,9 +11,9 @@ using namespace AscendC;
 
 namespace {
 
-constexpr int32_t BUFFER_NUM = 2;
+constexpr int32_t kBuffersPerQueue = 2;
 
-class KernelSoftmax {
+class SoftmaxCore {
  public:
   __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, uint32_t rows, uint32_t cols, uint32_t tileRows) {
     const auto share = ascendc_tiling::core_share(rows, GetBlockNum(), GetBlockIdx());
@@ -23,8 +23,8 @@ class KernelSoftmax {
     const uint64_t start = static_cast<uint64_t>(share.first) * cols;
     xGm_.SetGlobalBuffer((__gm__ float *)x + start, static_cast<uint64_t>(rows_) * cols);
     yGm_.SetGlobalBuffer((__gm__ float *)y + start, static_cast<uint64_t>(rows_) * cols);
-    pipe_.InitBuffer(inQueue_, BUFFER_NUM, tileRows_ * cols_ * sizeof(float));
-    pipe_.InitBuffer(outQueue_, BUFFER_NUM, tileRows_ * cols_ * sizeof(float));
+    pipe_.InitBuffer(inQueue_, kBuffersPerQueue, tileRows_ * cols_ * sizeof(float));
+    pipe_.InitBuffer(outQueue_, kBuffersPerQueue, tileRows_ * cols_ * sizeof(float));
     pipe_.InitBuffer(work_, cols_ * sizeof(float));
     pipe_.InitBuffer(reduced_, 32);
   }
@@ -32,20 +32,20 @@ class KernelSoftmax {
   __aicore__ inline void Process() {
     for (uint32_t row = 0; row < rows_; row += tileRows_) {
       const uint32_t count = rows_ - row < tileRows_ ? rows_ - row : tileRows_;  // the tail tile
-      CopyIn(row, count);
-      Compute(count);
-      CopyOut(row, count);
+      LoadTile(row, count);
+      ComputeTile(count);
+      StoreTile(row, count);
     }
   }
 
  private:
-  __aicore__ inline void CopyIn(uint32_t row, uint32_t count) {
+  __aicore__ inline void LoadTile(uint32_t row, uint32_t count) {
     LocalTensor<float> xLocal = inQueue_.AllocTensor<float>();
     DataCopy(xLocal, xGm_[static_cast<uint64_t>(row) * cols_], count * cols_);
     inQueue_.EnQue(xLocal);
   }
 
-  __aicore__ inline void Compute(uint32_t count) {
+  __aicore__ inline void ComputeTile(uint32_t count) {
     LocalTensor<float> xLocal = inQueue_.DeQue<float>();
     LocalTensor<float> yLocal = outQueue_.AllocTensor<float>();
     LocalTensor<float> work = work_.Get<float>();
@@ -65,7 +65,7 @@ class KernelSoftmax {
     inQueue_.FreeTensor(xLocal);
   }
 
-  __aicore__ inline void CopyOut(uint32_t row, uint32_t count) {
+  __aicore__ inline void StoreTile(uint32_t row, uint32_t count) {
     LocalTensor<float> yLocal = outQueue_.DeQue<float>();
     DataCopy(yGm_[static_cast<uint64_t>(row) * cols_], yLocal, count * cols_);
     outQueue_.FreeTensor(yLocal);
@@ -85,7 +85,7 @@ class KernelSoftmax {
 
 extern "C" __global__ __aicore__ void softmax_custom(GM_ADDR x, GM_ADDR y, uint32_t rows, uint32_t cols,
                                                      uint32_t tileRows) {
-  KernelSoftmax op;
+  SoftmaxCore op;
   op.Init(x, y, rows, cols, tileRows);
   op.Process();
 }

@@ -19,6 +19,12 @@ Public surface:
         makes a MindSpore operator. aot_ops.BuildError carries compiler errors with file and line.
     aot_ops.cache_dir(), cache_entries(), clean_cache()
         the build cache ($AOT_OPS_CACHE or ~/.cache/aot_ops)
+    aot_ops.ascendc, aot_ops.ascendc_torch, aot_ops.ascendc_runtime
+        Ascend C kernels run on the CPU emulation: MindSpore operators, torch.library operators, path counters
+    aot_ops.cuda
+        the GPU side: CUDA builds of the kernels, add2 (JIT, setuptools, CMake) for MindSpore and PyTorch
+    aot_ops.conformance
+        PyTorch's OpInfo samples through the ATen bridge (python -m aot_ops conformance)
 
 Names are loaded on first use, so `python -m aot_ops build|cache|doctor`, `aot_ops.load` and setup.py do not
 import MindSpore.

@@ -50,6 +50,3 @@ class MetaInference:
 def _describe(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
-
-def torch_dtypes(ms_dtypes) -> list[torch.dtype]:
-    return [_dtypes.to_torch(d) for d in ms_dtypes]

@@ -32,6 +32,11 @@ def ms_name(dtype: torch.dtype) -> str:
     return _TORCH_TO_MS_NAME.get(dtype, str(dtype))
 
 
+def has_ms_name(dtype: torch.dtype) -> bool:
+    """Whether MindSpore has this dtype (one of the 15 dtype strings it sends to aot kernels)."""
+    return dtype in _TORCH_TO_MS_NAME
+
+
 class KernelSignature:
     def __init__(self, symbol: str, text: str, library: ctypes.CDLL | None = None):
         fields = dict(item.split("=", 1) for item in text.split(";"))

@@ -181,30 +181,16 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
     return values
 
 
-_single_cell = None
-
-
 def _run_graph(operator, tensors):
-    """One bridged call as its own GRAPH_MODE cell. The Cell class is defined once: MindSpore's parser caches by
-    source location, and a class re-defined per call gets another call's compiled graph."""
-    global _single_cell
+    """One bridged call as its own GRAPH_MODE cell."""
     import mindspore as ms
-    from mindspore import nn
 
-    if _single_cell is None:
-        class SingleOp(nn.Cell):
-            def __init__(self, op):
-                super().__init__()
-                self.op = op
+    from ._cells import OpCell
 
-            def construct(self, *inputs):
-                return self.op(*inputs)
-
-        _single_cell = SingleOp
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
-        return _single_cell(operator)(*tensors)
+        return OpCell(operator)(*tensors)
     finally:
         ms.set_context(mode=previous)
 

@@ -17,20 +17,16 @@ from typing import Sequence
 
 import torch
 
-_MS_DTYPE_NAMES = {
-    torch.float16: "float16", torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
-    torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8",
-    torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64", torch.bool: "bool",
-    torch.complex64: "complex64", torch.complex128: "complex128",
-}
-
+from . import _signature
 
 class AotCallError(RuntimeError):
     """The entry point failed; the message is the text it recorded (what MindSpore would show)."""
 
 
 def ms_dtype_name(dtype: torch.dtype) -> str:
-    return _MS_DTYPE_NAMES[dtype]
+    if not _signature.has_ms_name(dtype):
+        raise TypeError(f"MindSpore has no dtype for {dtype}")
+    return _signature.ms_name(dtype)
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,6 +11,7 @@ import torch
 from mindspore import nn, ops
 
 from aot_ops import _dtypes
+from aot_ops._cells import OpCell  # noqa: F401 - re-exported for the tests
 from aot_ops._convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
 
 MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
@@ -37,17 +38,6 @@ def sample(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
                            else torch.float32).to(dtype)
     low = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -5
     return torch.randint(low, 6, shape, generator=gen, dtype=torch.int64).to(dtype)
-
-
-class OpCell(nn.Cell):
-    """A Cell whose construct calls one operator (compiled as a graph in GRAPH_MODE)."""
-
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *inputs):
-        return self.op(*inputs)
 
 
 class VjpCell(nn.Cell):

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .._signature import has_ms_name, ms_name
 from .schema import BoundCall, real_type, same_as_none
 
 
@@ -33,14 +34,6 @@ class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in aten_op.cpp
     WRAPPED_INT = 15      # a Python number given for a Tensor argument
     WRAPPED_FLOAT = 16    # value: str repr
     WRAPPED_BOOL = 17
-
-
-_MS_DTYPE_NAMES = {
-    torch.float16: "float16", torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
-    torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8",
-    torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64", torch.bool: "bool",
-    torch.complex64: "complex64", torch.complex128: "complex128",
-}
 
 
 def _torch_dtype(value) -> torch.dtype:
@@ -98,9 +91,9 @@ def encode(call: BoundCall) -> tuple[dict[str, Any], list[Any], tuple]:
                 kind, encoded = ArgKind.SCALAR_FLOAT, repr(float(value))
         elif type_name == "ScalarType":
             dtype = _torch_dtype(value)
-            if dtype not in _MS_DTYPE_NAMES:
+            if not has_ms_name(dtype):
                 raise TypeError(f"argument '{arg.name}': dtype {dtype} has no MindSpore equivalent")
-            kind, encoded = ArgKind.DTYPE, _MS_DTYPE_NAMES[dtype]
+            kind, encoded = ArgKind.DTYPE, ms_name(dtype)
         elif type_name in ("List[int]", "List[SymInt]"):
             kind, encoded = ArgKind.INT_LIST, [int(value)] if isinstance(value, int) else [int(v) for v in value]
         elif type_name == "List[float]":

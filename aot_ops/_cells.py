@@ -15,3 +15,27 @@ class OpCell(nn.Cell):
 
     def construct(self, *inputs):
         return self.op(*inputs)
+
+
+class OptionalInputs(nn.Cell):
+    """An operator whose trailing optional tensor inputs may be left out, as in torch: they are passed as None.
+
+    A Cell rather than the primitive itself because MindSpore calls a primitive's bprop with exactly the arguments
+    it was given, so the primitive must always get all of them; `construct` pads in both modes. In PyNative the
+    call goes straight to the primitive, which pads the same way.
+    """
+
+    def __init__(self, op, num_inputs: int):
+        super().__init__()
+        self.op = op
+        self.num_inputs = num_inputs
+
+    def construct(self, *inputs):
+        return self.op(*(inputs + (None,) * (self.num_inputs - len(inputs))))
+
+    def __call__(self, *inputs):
+        from mindspore import PYNATIVE_MODE, get_context
+
+        if get_context("mode") == PYNATIVE_MODE:
+            return self.op(*inputs)
+        return super().__call__(*inputs)

@@ -58,7 +58,8 @@ class Library:
           `.shapes(...)`/`.types(...)`); the operator is an `aot_ops.AotOp` and also runs with dynamic shapes.
         - given: callables over MindSpore shapes and dtypes, exactly as for `ops.Custom` (e.g.
           `out_shape=lambda x: x, out_dtype=lambda x: x`); any entry point with MindSpore's seven arguments works.
-        `attrs` become primitive attributes (read them with ms_ext::Attrs or ms_ext_extra_get_attr); `bprop` is
+        `attrs` become primitive attributes (read them with ms_ext::Attrs or ms_ext_extra_get_attr; floats arrive
+        as exact doubles, see ms_ext/c_api.h); `bprop` is
         MindSpore's `bprop(*inputs, out, dout) -> tuple of input gradients`.
         """
         if not self.loadable:
@@ -73,12 +74,11 @@ class Library:
                             "shape and dtype rules)")
         from mindspore import ops
 
-        from ._primitive import IDENTITY_ATTR, fresh_identity
+        from ._primitive import IDENTITY_ATTR, fresh_identity, set_attributes
 
         prim = ops.Custom(f"{self.path}:{symbol}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
                           bprop=bprop)
-        for key, value in (attrs or {}).items():
-            prim.add_prim_attr(key, value)
+        set_attributes(prim, attrs)
         # Custom primitives with equal func and attributes share MindSpore's cached inference (see _primitive.py).
         prim.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
         return prim

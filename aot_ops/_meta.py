@@ -1,15 +1,18 @@
-"""Output shapes and dtypes of an operator, learned by running its torch counterpart on the meta device.
+"""Output shapes and dtypes of an operator, learned by running its torch counterpart on fake CPU tensors.
 
-A meta tensor has a shape and a dtype but no data, so this costs microseconds and follows torch exactly:
-broadcasting, type promotion, multi-output operators, and torch's own error messages for invalid shapes.
+A fake tensor (torch's FakeTensorMode) has a shape, a dtype and a device but no data, so this costs microseconds
+and follows torch exactly: broadcasting, type promotion, multi-output operators, torch's own error messages for
+invalid shapes, and the CPU kernels' own output shapes where they differ from the generic meta kernels (eval-mode
+batch norm and embedding_bag return empty statistics on CPU; a meta-device tensor would claim full-size ones).
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import _dtypes
 from ._signature import ms_name
 
 
@@ -17,10 +20,22 @@ class InferenceError(ValueError):
     """The operator rejects these input shapes/dtypes (raised while MindSpore infers the output)."""
 
 
-class MetaInference:
-    """Wraps `fn(*meta_inputs) -> Tensor | tuple[Tensor, ...]` as a shape/dtype inference with a cache.
+_local = threading.local()
 
-    MindSpore asks for the output shape on every PyNative call, so results are cached per (shapes, dtypes).
+
+def fake_mode() -> FakeTensorMode:
+    """One fake-tensor mode per thread (a mode is not meant to be entered from two threads at once)."""
+    mode = getattr(_local, "mode", None)
+    if mode is None:
+        mode = _local.mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return mode
+
+
+class MetaInference:
+    """Wraps `fn(*fake_inputs) -> Tensor | tuple[Tensor, ...]` as a shape/dtype inference with a cache.
+
+    MindSpore asks for the output shape on every PyNative call, so results are cached per (shapes, dtypes). An
+    input whose shape is None is passed to `fn` as None (an optional tensor left out).
     """
 
     def __init__(self, name: str, fn: Callable[..., object]):
@@ -28,17 +43,18 @@ class MetaInference:
         self.fn = fn
         self._cache: dict[tuple, tuple[list[tuple[int, ...]], list[torch.dtype]]] = {}
 
-    def __call__(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]):
+    def __call__(self, shapes: Sequence[Sequence[int] | None], dtypes: Sequence[torch.dtype | None]):
         """-> (output shapes, output torch dtypes), one entry per output."""
-        key = (tuple(tuple(s) for s in shapes), tuple(dtypes))
+        key = (tuple(None if s is None else tuple(s) for s in shapes), tuple(dtypes))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        inputs = [torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes, dtypes)]
         try:
-            result = self.fn(*inputs)
+            with fake_mode():
+                inputs = [None if s is None else torch.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
+                result = self.fn(*inputs)
         except Exception as exc:  # torch explains why (shape mismatch, unsupported dtype, ...)
-            described = ", ".join(f"{_describe(s)} {ms_name(d)}" for s, d in zip(shapes, dtypes))
+            described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
             raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}") from None
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         value = ([tuple(o.shape) for o in outputs], [o.dtype for o in outputs])
@@ -47,6 +63,7 @@ class MetaInference:
         return value
 
 
-def _describe(shape) -> str:
-    return "[" + ", ".join(str(s) for s in shape) + "]"
-
+def describe_input(shape, dtype) -> str:
+    if shape is None:
+        return "None"
+    return "[" + ", ".join(str(s) for s in shape) + "] " + ms_name(dtype)

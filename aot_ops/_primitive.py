@@ -6,9 +6,11 @@ kernels, user libraries, ATen operators) is an AotOp.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
+import torch
 from mindspore import ops
 from mindspore.common import dtype as mstype
 from mindspore.ops import CustomRegOp, DataType
@@ -35,6 +37,34 @@ def stable_identity(library: str | Path, symbol: str, attrs: Mapping[str, object
     return f"{Path(library).name}:{symbol}({described})"
 
 
+def attribute_value(value):
+    """How a Python value travels as a primitive attribute. MindSpore keeps floats as float32 (eps=1e-5 would
+    arrive as 9.99999974738e-06), so floats, and lists holding floats, travel as their exact Python text, which
+    ms_ext reads back as doubles (ms_ext/c_api.h)."""
+    if isinstance(value, float):
+        return repr(value)
+    if (isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value)
+            and not any(isinstance(v, bool) for v in value) and any(isinstance(v, float) for v in value)):
+        return ",".join(repr(float(v)) for v in value)
+    return value
+
+
+def set_attributes(prim: ops.Primitive, attrs: Mapping[str, object] | None) -> None:
+    for key, value in (attrs or {}).items():
+        prim.add_prim_attr(key, attribute_value(value))
+
+
+@dataclass(frozen=True)
+class CppInference:
+    """Output shapes from the kernel's C++ InferShape (MindSpore calls it, also with dynamic shapes in GRAPH_MODE),
+    dtypes from `dtypes(input torch dtypes) -> output torch dtypes` in Python (a dtype inferred in C++ would make
+    GRAPH_MODE return 0-dim outputs as Python scalars)."""
+
+    num_inputs: int
+    num_outputs: int
+    dtypes: Callable[[Sequence[torch.dtype]], Sequence[torch.dtype]]
+
+
 def _reg_info(symbol: str, n_in: int, n_out: int):
     """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype. Built anew for
     every primitive: Custom modifies the reg_info it is given (it prefixes the op name)."""
@@ -49,62 +79,78 @@ def _reg_info(symbol: str, n_in: int, n_out: int):
 class AotOp(ops.Custom):
     """`ops.Custom(f"{library}:{symbol}", func_type="aot")` with its outputs inferred for MindSpore.
 
-    Two ways to infer the outputs:
-    - `infer=None`: the kernel's own rules (MS_EXT_KERNEL with Signature::shapes/types). MindSpore calls the
-      C++ <symbol>InferShape, which also handles dynamic shapes in GRAPH_MODE; the dtype comes from the kernel's
-      dtype rule, called here (a dtype inferred in C++ would make GRAPH_MODE return 0-dim outputs as Python
-      scalars).
-    - `infer=fn`: `fn(input shapes, input torch dtypes) -> (output shapes, output torch dtypes)` in Python,
-      usually a MetaInference over the torch function the kernel implements. MindSpore asks Custom for the shape
-      and the dtype through separate callbacks, but torch needs both to run an operator, so AotOp answers
-      MindSpore's joint `__infer__` instead. Static shapes only.
-    Either way, calls are checked in Python against the kernel's exported signature (argument count, dtypes).
+    `infer` chooses how:
+    - None: the kernel's own rules (MS_EXT_KERNEL with Signature::shapes/types): MindSpore calls the C++
+      <symbol>InferShape, which also handles dynamic shapes in GRAPH_MODE, and the dtype comes from the kernel's
+      dtype rule, called here.
+    - a CppInference: the C++ <symbol>InferShape too, with dtypes given in Python (the generic ATen entry).
+    - a MetaInference (or any `fn(input shapes, input torch dtypes) -> (output shapes, output torch dtypes)`): in
+      Python. MindSpore asks Custom for the shape and the dtype through separate callbacks, but torch needs both
+      to run an operator, so AotOp answers MindSpore's joint `__infer__` instead. Static shapes only.
+    Calls are checked in Python against the kernel's exported signature when it has one (argument count,
+    dtypes). `num_inputs` (when the kernel exports no signature) is the number of arguments a call takes; a call
+    with fewer, in PyNative, passes None for the rest (optional tensors).
     """
 
-    def __init__(self, library: str | Path, symbol: str, *, infer: MetaInference | Callable | None = None,
+    def __init__(self, library: str | Path, symbol: str, *, infer: MetaInference | CppInference | Callable | None = None,
                  bprop: Callable | None = None, attrs: Mapping[str, object] | None = None,
-                 identity: str | None = None):
+                 identity: str | None = None, num_inputs: int | None = None, min_inputs: int | None = None):
         library = str(library)
         signature = read_signature(library, symbol)
-        self_infers = infer is None
-        if self_infers and (signature is None or not signature.infer):
-            raise ValueError(f"{symbol}: the kernel in {library} has no C++ shape/dtype rules; pass `infer`")
+        if infer is None:
+            if signature is None or not signature.infer:
+                raise ValueError(f"{symbol}: the kernel in {library} has no C++ shape/dtype rules; give out_shape "
+                                 "and out_dtype (Library.op) or an inference")
+            infer = CppInference(signature.inputs, signature.outputs, signature.output_dtypes)
+        in_cpp = isinstance(infer, CppInference)
         super().__init__(
             f"{library}:{symbol}",
-            out_shape=None if self_infers else _answered_by_infer,  # None: MindSpore calls <symbol>InferShape
-            out_dtype=self._rule_dtypes if self_infers else _answered_by_infer,
+            out_shape=None if in_cpp else _answered_by_infer,  # None: MindSpore calls <symbol>InferShape
+            out_dtype=self._cpp_dtypes if in_cpp else _answered_by_infer,
             func_type="aot", bprop=bprop,
-            reg_info=_reg_info(symbol, signature.inputs, signature.outputs) if self_infers else None)
+            reg_info=_reg_info(symbol, infer.num_inputs, infer.num_outputs) if in_cpp else None)
         self.library = library
         self._dtype_answers: dict = {}  # MindSpore asks on every PyNative call
         self.symbol = symbol
         self.infer = infer
         self.signature = signature
-        for key, value in (attrs or {}).items():
-            self.add_prim_attr(key, value)
+        self.num_inputs = signature.inputs if signature is not None else num_inputs
+        self.min_inputs = self.num_inputs if min_inputs is None else min_inputs
+        set_attributes(self, attrs)
         self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
 
     def __call__(self, *args):
-        # PyNative: check the call against the kernel's signature before MindSpore selects a kernel (a wrong
-        # argument count otherwise surfaces as "KernelObjectTypeNotSupported").
-        if self.signature is not None and len(args) != self.signature.inputs:
-            raise TypeError(f"{self.symbol}: expected {self.signature.inputs} input(s), got {len(args)}")
+        # PyNative: check the call before MindSpore selects a kernel (a wrong argument count otherwise surfaces as
+        # "KernelObjectTypeNotSupported", or worse).
+        if self.num_inputs is not None:
+            if not self.min_inputs <= len(args) <= self.num_inputs:
+                raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
+                                f"{len(args)}")
+            args = args + (None,) * (self.num_inputs - len(args))
         return super().__call__(*args)
 
-    def _rule_dtypes(self, *ms_dtypes):
-        """out_dtype for kernels with rules: the kernel's dtype rule, as MindSpore tensor types."""
+    def name_for_errors(self) -> str:
+        return getattr(self.infer, "name", None) or self.symbol
+
+    def _cpp_dtypes(self, *ms_dtypes):
+        """out_dtype for kernels inferred in C++: the dtype rule, as MindSpore tensor types."""
         key = tuple(str(d) for d in ms_dtypes)
         answer = self._dtype_answers.get(key)
         if answer is None:
-            out = _tensor_types(self.signature.output_dtypes([_dtypes.to_torch(d) for d in ms_dtypes]))
+            dtypes = [None if d is None else _dtypes.to_torch(d) for d in _flatten_dtypes(ms_dtypes)]
+            out = _tensor_types(self.infer.dtypes(dtypes))
             answer = self._dtype_answers[key] = out[0] if len(out) == 1 else tuple(out)
         return answer
 
     def __infer__(self, *args):
-        if self.infer is None:
-            return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _rule_dtypes
+        # GRAPH_MODE reaches here without __call__: the same argument count check, before anything reads inputs.
+        if self.num_inputs is not None and len(args) != self.num_inputs:
+            raise TypeError(f"{self.name_for_errors()}: {_expected(self.num_inputs, self.num_inputs)}, got "
+                            f"{len(args)}")
+        if isinstance(self.infer, CppInference):
+            return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _cpp_dtypes
         shapes, ms_dtypes = _flatten_tuple_arguments(args)
-        dtypes = [_dtypes.to_torch(d) for d in ms_dtypes]
+        dtypes = [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes]
         if self.signature is not None:
             self.signature.check(dtypes)
         out_shapes, out_dtypes = self.infer(shapes, dtypes)
@@ -114,18 +160,29 @@ class AotOp(ops.Custom):
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}
 
 
+def _expected(low: int, high: int) -> str:
+    return f"expected {low} input(s)" if low == high else f"expected {low} to {high} inputs"
+
+
 def _flatten_tuple_arguments(args):
     """Input shapes and dtypes, with a tuple-of-tensors argument (which MindSpore passes to the kernel as
-    consecutive tensors) expanded in place."""
+    consecutive tensors) expanded in place; a None argument gives (None, None)."""
     shapes, dtypes = [], []
     for a in args:
         if isinstance(a["dtype"], (tuple, list)):
             shapes.extend(tuple(s) for s in a["shape"])
             dtypes.extend(a["dtype"])
         else:
-            shapes.append(tuple(a["shape"]))
+            shapes.append(None if a["shape"] is None else tuple(a["shape"]))
             dtypes.append(a["dtype"])
     return shapes, dtypes
+
+
+def _flatten_dtypes(ms_dtypes) -> list:
+    out = []
+    for d in ms_dtypes:
+        out.extend(d if isinstance(d, (tuple, list)) else [d])
+    return out
 
 
 def _tensor_types(torch_dtypes) -> list:

@@ -18,8 +18,9 @@ import typing as _typing
 
 from ._aten import operator as _operator
 from ._aten import schema as _schema
+from ._aten import sizes as _sizes
 
-__all__ = ["op"]
+__all__ = ["op", "size", "size_max", "size_min", "SizeExpr"]
 
 
 def _run(call: _schema.BoundCall):
@@ -62,9 +63,19 @@ class OpPacket:
         return f"aten operator with overloads:\n{_schema.describe_schema(self._packet)}"
 
 
-def op(name: str, **fixed: _typing.Any):
+def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
     """A ready MindSpore operator (an AotOp) for `name` ("aten::layer_norm" or "aten::add.Tensor") with the
     non-tensor arguments fixed now; call it with the remaining tensor arguments, in schema order.
+
+    - Optional tensor arguments not fixed here may be left out at call time (trailing ones), as in torch:
+      `aten.op("aten::layer_norm", normalized_shape=[64])` is called as op(x), op(x, w) or op(x, w, b). Inside a
+      GRAPH_MODE Cell, pass None for the ones you leave out, or fix them here (weight=None).
+    - A tensor list (aten::cat's `tensors`) not fixed here is given at call time as one list or tuple:
+      `aten.op("aten::cat", dim=1)([a, b])`.
+    - Sizes may depend on input shapes: `aten.op("aten::view", size=[aten.size(0, 0) * 16, 64])`.
+    - `out_shapes`/`out_dtypes`: the outputs' shapes (ints or aten.size expressions) and torch dtypes, when you
+      know them: MindSpore then infers shapes in C++, which GRAPH_MODE needs for inputs with dynamic shapes
+      (`cell.set_inputs(Tensor(shape=[None, ...]))`).
 
     The same (operator, arguments) gives the same cached operator, so a training loop does not rebuild it."""
     overload = _schema.overload_for(name)
@@ -77,16 +88,27 @@ def op(name: str, **fixed: _typing.Any):
     for candidate in candidates:
         args = dict(fixed)
         for a in candidate._schema.arguments:
-            if not a.is_out and a.name not in args and _schema.real_type(a)[0] == "Tensor":
+            if a.is_out or a.name in args:
+                continue
+            type_name = _schema.real_type(a)[0]
+            if type_name == "Tensor":
                 args[a.name] = _schema.CALL_TIME
+            elif type_name == "List[Tensor]":
+                args[a.name] = _schema.CALL_TIME_LIST
         try:
             call = _schema.bind(candidate, (), args)
         except TypeError as exc:
             errors.append(f"  {candidate._schema}: {exc}")
             continue
-        operator, _ = _operator.operator_for(call)
+        operator, _ = _operator.operator_for(call, out_shapes, out_dtypes)
         return operator
     raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
+
+
+size = _sizes.size
+size_max = _sizes.size_max
+size_min = _sizes.size_min
+SizeExpr = _sizes.SizeExpr
 
 
 def __getattr__(name: str) -> OpPacket:

@@ -40,6 +40,17 @@ def sample(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
     return torch.randint(low, 6, shape, generator=gen, dtype=torch.int64).to(dtype)
 
 
+class ListCall(nn.Cell):
+    """Calls an operator with all its inputs as one tuple (a tensor list given at call time)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *inputs):
+        return self.op(inputs)
+
+
 class VjpCell(nn.Cell):
     """Vector-Jacobian product of a Cell: gradients of all inputs for a given output cotangent."""
 

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from aot_ops import aten
-from support import as_tuple, assert_same, run_forward, run_vjp, sample, to_ms, torch_vjp
+from support import ListCall, OpCell, as_tuple, assert_same, run_forward, run_vjp, sample, to_ms, to_torch, \
+    torch_vjp
 
 
 def f64(*shape, seed=0):
@@ -185,3 +186,82 @@ def test_aten_runtime_error_has_torchs_message_without_backtrace(mode):
     assert "aten::index_select: index out of range in self" in text
     assert "Exception raised from" not in text
     assert_next_call_works()
+
+
+# ---- forms of arguments -----------------------------------------------------------------------------------------
+
+def test_eval_mode_batch_norm_follows_the_cpu_kernel(mode):
+    """The meta kernel says save_mean/save_invstd have C elements; the CPU kernel returns empty ones. Outputs are
+    inferred with fake CPU tensors, which follow the CPU kernel."""
+    x, w, b, rm, rv = f64(2, 4, 3, 3), f64(4, seed=1), f64(4, seed=2), f64(4, seed=3), f64(4, seed=4).abs() + 0.5
+    op = aten.op("aten::_native_batch_norm_legit_no_training", momentum=0.1, eps=1e-5)
+    actual = run_forward(op, [x, w, b, rm, rv])
+    expected = torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5)
+    assert [tuple(a.shape) for a in actual] == [(2, 4, 3, 3), (0,), (0,)]
+    assert_same(actual[0], expected[0])
+    cotangent = f64(2, 4, 3, 3, seed=9)
+    grads = run_vjp(op, [x, w, b, rm, rv], [cotangent, torch.zeros(0, dtype=torch.float64),
+                                            torch.zeros(0, dtype=torch.float64)])
+    reference = torch_vjp(lambda *t: torch.ops.aten._native_batch_norm_legit_no_training(*t, rm, rv, 0.1, 1e-5)[0],
+                          [x, w, b], [cotangent])
+    for a, e in zip(grads[:3], reference):
+        assert_same(a, e)
+    assert not grads[3].any() and not grads[4].any()  # running statistics are not differentiable
+
+
+def test_optional_tensors_left_out_are_none(mode):
+    logits, target = f64(4, 10), index(10, 4)
+    op = aten.op("aten::cross_entropy_loss")
+    (loss,) = run_forward(op, [logits, target])
+    assert_same(loss, F.cross_entropy(logits, target))
+    weight = f64(10, seed=3).abs()
+    (weighted,) = run_forward(op, [logits, target, weight])
+    assert_same(weighted, F.cross_entropy(logits, target, weight))
+    (dlogits, dtarget) = run_vjp(op, [logits, target], [torch.tensor(1.0, dtype=torch.float64)])
+    assert_same(dlogits, torch_vjp(lambda a: F.cross_entropy(a, target), [logits],
+                                   [torch.tensor(1.0, dtype=torch.float64)])[0])
+    assert not dtarget.any()
+    norm = aten.op("aten::layer_norm", normalized_shape=[4])
+    (y,) = run_forward(norm, [f64(3, 4)])
+    assert_same(y, F.layer_norm(f64(3, 4), [4]))
+
+
+def test_wrong_number_of_tensors_is_an_error_naming_the_operator(mode):
+    with pytest.raises((TypeError, RuntimeError), match=r"aten::neg: expected 1 input\(s\), got 2"):
+        run_forward(aten.op("aten::neg"), [f64(2), f64(2)])
+    with pytest.raises((TypeError, RuntimeError), match=r"aten::cross_entropy_loss: expected 2 to 3 inputs, got 1"):
+        aten.op("aten::cross_entropy_loss").op(to_ms(f64(4, 10)))
+    assert_next_call_works()
+
+
+@pytest.mark.parametrize("name,reference", [("aten::cat", lambda *t: torch.cat(t, 1)),
+                                            ("aten::stack", lambda *t: torch.stack(t, 1))], ids=["cat", "stack"])
+def test_tensor_lists_at_call_time(name, reference, mode):
+    op = aten.op(name, dim=1)
+    for count in (2, 3):
+        tensors = [f64(2, 3, seed=k) for k in range(count)]
+        (out,) = run_forward(ListCall(op), tensors)
+        assert_same(out, reference(*tensors))
+        cotangent = f64(*out.shape, seed=7)
+        grads = run_vjp(ListCall(op), tensors, [cotangent])
+        for a, e in zip(grads, torch_vjp(reference, tensors, [cotangent])):
+            assert_same(a, e)
+
+
+def test_sizes_from_input_shapes_in_one_dynamic_graph():
+    op = aten.op("aten::view", size=[aten.size(0, 0) * 3, 2], out_shapes=[[aten.size(0, 0) * 3, 2]],
+                 out_dtypes=[torch.float64])
+    cell = OpCell(op)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell.set_inputs(ms.Tensor(shape=[None, 6], dtype=ms.float64))
+        for batch in (1, 4, 7):
+            x = f64(batch, 6, seed=batch)
+            assert_same(to_torch(cell(to_ms(x))), x.view(batch * 3, 2))
+            dx = ms.grad(cell)(to_ms(x))
+            assert_same(to_torch(dx), torch.ones(batch, 6, dtype=torch.float64))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    for batch in (2, 5):  # PyNative, the same operator
+        x = f64(batch, 6)
+        assert_same(to_torch(op(to_ms(x))), x.view(batch * 3, 2))

@@ -114,3 +114,25 @@ def test_repeated_reduction_dim_is_refused(mode):
 def test_permute_rejects_a_wrong_permutation(mode):
     with pytest.raises(RuntimeError, match=r"Permute: number of dims don't match in permute"):
         run_forward(aot_ops.permute([1, 0]), [sample((2, 3, 4), torch.float32)])
+
+
+def test_floats_from_python_arrive_as_exact_doubles(user_library, mode):
+    """MindSpore keeps float attributes as float32; aot_ops sends them as text, which ms_ext reads back exactly."""
+    exact = dict(ALL_KINDS, f=0.1, fl=[1e-5, 1 / 3])
+    assert echo(user_library, exact) == expected_echo(exact)
+
+
+def test_float_set_by_hand_is_read_as_mindspores_float32(user_library, mode):
+    op = AotOp(user_library, "AttrEcho", attrs=dict(ALL_KINDS, f=0.0))
+    op.add_prim_attr("f", 0.1)  # straight to MindSpore, which keeps a float32
+    (out,) = run_forward(op, [torch.zeros(1)])
+    assert out[2].item() == float(np.float32(0.1))
+
+
+def test_ready_operators_use_the_exact_float(mode):
+    x = sample((5,), torch.float64)
+    (y,) = run_forward(aot_ops.leaky_relu(negative_slope=0.1), [-x.abs()])
+    assert torch.equal(y, F.leaky_relu(-x.abs(), 0.1))  # float32's 0.1 differs in the 8th digit
+    w, b = sample((5,), torch.float64, 1), sample((5,), torch.float64, 2)
+    (z,) = run_forward(aot_ops.layer_norm([5], eps=1e-5), [x.reshape(1, 5), w, b])
+    assert torch.equal(z, F.layer_norm(x.reshape(1, 5), [5], w, b, eps=1e-5))

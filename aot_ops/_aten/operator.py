@@ -1,31 +1,41 @@
 """The MindSpore operators for ATen calls: one cached AotOp per (overload, non-tensor arguments).
 
-Forward: the generic AtenOp kernel, outputs inferred by running the overload on torch's meta device.
-Backward: the generic AtenOpBackward kernel (torch autograd's vector-Jacobian product), registered as the bprop.
+Forward: the generic AtenOp kernel, outputs inferred by running the overload on fake CPU tensors (or, for
+operators given output shapes as size expressions, by the kernel's C++ shape inference, which GRAPH_MODE needs
+for dynamic shapes). Backward: the generic AtenOpBackward kernel (torch autograd's vector-Jacobian product),
+registered as the bprop.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
+from .._cells import OptionalInputs
 from .._meta import MetaInference
 from .._paths import library_path
-from .._primitive import AotOp
+from .._primitive import AotOp, CppInference
 from .bprops import make_bprop
 from .encode import encode
-from .schema import BoundCall, check_in_scope, is_tensor_value, out_variant, real_type, same_as_none
+from .schema import CALL_TIME_LIST, BoundCall, check_in_scope, is_tensor_value, out_variant, real_type, \
+    same_as_none
+from .sizes import Size, encode_shapes, evaluate, is_symbolic
 
 _operators: dict[tuple, AotOp] = {}
 
 
-def _substitute(call: BoundCall, tensors) -> tuple[list[Any], dict[str, Any]]:
-    """The call's arguments with its tensors replaced, in input order, by `tensors` (as positional + keyword)."""
+def _substitute(call: BoundCall, tensors: Sequence) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments with its tensors replaced, in input order, by `tensors` (as positional + keyword), and
+    sizes computed from input shapes (aten.size) evaluated for them."""
+    shapes = [None if t is None else tuple(t.shape) for t in tensors]
+    list_length = len(tensors) - _fixed_inputs(call)
     it = iter(tensors)
     args, kwargs = [], {}
     for arg, value in zip(call.schema.arguments, call.values):
         type_name, _ = real_type(arg)
-        if type_name == "Tensor" and is_tensor_value(value):
+        if value is CALL_TIME_LIST:
+            value = [next(it) for _ in range(list_length)]
+        elif type_name == "Tensor" and is_tensor_value(value):
             value = next(it)
         elif value is not None and type_name == "List[Tensor]":
             value = [next(it) for _ in value]
@@ -36,7 +46,9 @@ def _substitute(call: BoundCall, tensors) -> tuple[list[Any], dict[str, Any]]:
 
             value = _dtypes.to_torch(value)
         elif same_as_none(type_name):
-            value = None  # a CPU device would make the meta run copy out of its meta tensors
+            value = None  # a CPU device would make the fake run copy out of its fake tensors
+        elif is_symbolic(value):
+            value = evaluate(value, shapes)
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:
@@ -44,30 +56,106 @@ def _substitute(call: BoundCall, tensors) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
-def operator_for(call: BoundCall) -> tuple[AotOp, list[Any]]:
+def _fixed_inputs(call: BoundCall) -> int:
+    """Tensor inputs besides a tensor list left for call time."""
+    count = 0
+    for arg, value in zip(call.schema.arguments, call.values):
+        type_name, _ = real_type(arg)
+        if value is CALL_TIME_LIST or value is None:
+            continue
+        if type_name == "Tensor" and is_tensor_value(value):
+            count += 1
+        elif type_name == "List[Tensor]":
+            count += len(value)
+        elif type_name == "List[Optional[Tensor]]":
+            count += sum(v is not None for v in value)
+    return count
+
+
+def _optional_inputs(call: BoundCall) -> list[bool]:
+    """For each tensor input in order, whether the schema accepts None for it."""
+    flags: list[bool] = []
+    for arg, value in zip(call.schema.arguments, call.values):
+        type_name, optional = real_type(arg)
+        if value is None or value is CALL_TIME_LIST:
+            continue
+        if type_name == "Tensor" and is_tensor_value(value):
+            flags.append(optional)
+        elif type_name == "List[Tensor]":
+            flags.extend([False] * len(value))
+        elif type_name == "List[Optional[Tensor]]":
+            flags.extend([False] * sum(v is not None for v in value))
+    return flags
+
+
+def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = None,
+                 out_dtypes: Sequence[torch.dtype] | None = None) -> tuple[AotOp | OptionalInputs, list[Any]]:
     """(the operator, its tensor inputs in order) for a bound call; the operator is created once per distinct
-    overload and non-tensor arguments."""
+    overload and non-tensor arguments.
+
+    `out_shapes`/`out_dtypes`: the outputs, when known beforehand (sizes may be expressions of input shapes):
+    MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
+    """
     check_in_scope(call.overload)
     attrs, inputs, key = encode(call)
+    if (out_shapes is None) != (out_dtypes is None):
+        raise TypeError(f"{call.qualified_name}: give both out_shapes and out_dtypes, or neither")
+    if out_shapes is not None:
+        out_shapes = [list(s) for s in out_shapes]
+        out_dtypes = list(out_dtypes)
+        if len(out_shapes) != len(out_dtypes):
+            raise TypeError(f"{call.qualified_name}: {len(out_shapes)} output shapes but {len(out_dtypes)} dtypes")
+        key = key + (("out", repr(out_shapes), tuple(out_dtypes)),)
     cache_key = (call.qualified_name, key)
     op = _operators.get(cache_key)
     if op is None:
-        name = call.qualified_name
-        attrs = dict(attrs, aten_op=name, aten_out_op=out_variant(call.overload))
-        identity = f"{name}{key!r}"
+        op = _make_operator(call, attrs, len(inputs), key, out_shapes, out_dtypes)
+        if op.num_inputs is not None and op.min_inputs < op.num_inputs:
+            op = OptionalInputs(op, op.num_inputs)
+        _operators[cache_key] = op
+    return op, inputs
 
+
+def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes, out_dtypes) -> AotOp:
+    name = call.qualified_name
+    attrs = dict(attrs, aten_op=name, aten_out_op=out_variant(call.overload))
+    identity = f"{name}{key!r}"
+    call_time_list = attrs["aten_num_inputs"] < 0
+    n_outputs = attrs.get("aten_num_outputs")
+    # The call-time arguments as MindSpore sees them: tensors, and a tensor list as one tuple argument.
+    arity = 1 if call_time_list else n
+    if call_time_list and _fixed_inputs(call):
+        raise TypeError(f"{name}: with a tensor list left for call time, give every other tensor argument when "
+                        "making the operator")
+    optional = _optional_inputs(call)
+    required = len(optional) - list(reversed(optional)).index(False) if False in optional else 0
+
+    if out_shapes is not None:
+        if call_time_list:
+            raise TypeError(f"{name}: output shapes cannot be given for a tensor list left for call time")
+        attrs["aten_out_shapes"] = encode_shapes(out_shapes)
+        attrs["aten_num_outputs"] = len(out_shapes)
+        forward_infer = CppInference(n, len(out_shapes), lambda _dtypes: out_dtypes)
+        backward_infer = CppInference(n + len(out_shapes), n, lambda dtypes: [d or torch.float32 for d in dtypes[:n]])
+        forward_symbol = "AtenOp" if len(out_shapes) == 1 else "AtenOpMulti"
+        backward_symbol = "AtenOpBackward" if n == 1 else "AtenOpBackwardMulti"
+    else:
         def forward_meta(*tensors):
             args, kwargs = _substitute(call, tensors)
             return call.overload(*args, **kwargs)
 
-        n = len(inputs)
-
         def backward_meta(*tensors):
-            return tuple(torch.empty_like(t) for t in tensors[:n])
+            inputs = tensors[:len(tensors) - n_outputs] if call_time_list else tensors[:n]
+            # A None input (an optional tensor left out) gets a 0-dim zero as its gradient.
+            return tuple(torch.zeros(()) if t is None else torch.empty_like(t) for t in inputs)
 
-        backward = AotOp(library_path(), "AtenOpBackward", infer=MetaInference(f"{name} (backward)", backward_meta),
-                         attrs=attrs, identity=identity + ".backward")
-        op = AotOp(library_path(), "AtenOp", infer=MetaInference(name, forward_meta), attrs=attrs,
-                   identity=identity, bprop=make_bprop(backward, n))
-        _operators[cache_key] = op
-    return op, inputs
+        forward_infer = MetaInference(name, forward_meta)
+        backward_infer = MetaInference(f"{name} (backward)", backward_meta)
+        forward_symbol, backward_symbol = "AtenOp", "AtenOpBackward"
+    backward = AotOp(library_path(), backward_symbol, infer=backward_infer, attrs=attrs,
+                     identity=identity + ".backward")
+    return AotOp(library_path(), forward_symbol, infer=forward_infer, attrs=attrs, identity=identity,
+                 bprop=make_bprop(backward, arity), num_inputs=None if call_time_list else n,
+                 min_inputs=None if call_time_list else required)
+
+

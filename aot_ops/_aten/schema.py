@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .sizes import SizeExpr
+
 _NOT_TENSOR_TO_TENSOR_TAGS = {
     torch.Tag.dynamic_output_shape: "its output size depends on the input values",
     torch.Tag.data_dependent_output: "its output depends on the input values in a way that cannot be inferred",
@@ -14,21 +16,18 @@ _NOT_TENSOR_TO_TENSOR_TAGS = {
 }
 
 
-class CallTimeTensor:
-    """Placeholder for a tensor argument supplied when the operator is called (aten.op(...) creation)."""
+class _Placeholder:
+    """A tensor argument supplied when the operator is called (aten.op(...) leaves it open)."""
 
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    def __init__(self, text: str):
+        self._text = text
 
     def __repr__(self):
-        return "<tensor>"
+        return self._text
 
 
-CALL_TIME = CallTimeTensor()
+CALL_TIME = _Placeholder("<tensor>")              # one tensor (None allowed at call time when it is optional)
+CALL_TIME_LIST = _Placeholder("<tensor list>")    # a Tensor[] argument: its tensors, as one list or tuple
 
 
 def real_type(arg) -> tuple[str, bool]:
@@ -45,6 +44,10 @@ def is_tensor_value(value: Any) -> bool:
     return value is CALL_TIME or isinstance(value, (ms.Tensor, torch.Tensor))
 
 
+def _is_int(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, SizeExpr)
+
+
 def _accepts(type_name: str, value: Any, wrapped_numbers: bool = True) -> bool:
     """Whether `value` can be passed for an argument of this (non-optional) schema type."""
     if type_name == "Tensor":
@@ -52,11 +55,11 @@ def _accepts(type_name: str, value: Any, wrapped_numbers: bool = True) -> bool:
         # aten::mul.Tensor(x, 2.0)); it promotes like a scalar.
         return is_tensor_value(value) or (wrapped_numbers and isinstance(value, (bool, int, float)))
     if type_name == "List[Tensor]":
-        return isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value)
+        return value is CALL_TIME_LIST or (isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value))
     if type_name == "List[Optional[Tensor]]":
         return isinstance(value, (list, tuple)) and all(v is None or is_tensor_value(v) for v in value)
     if type_name in ("int", "SymInt"):
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_int(value)  # a size expression (aten.size) stands for an int known at run time
     if type_name == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if type_name == "bool":
@@ -68,8 +71,7 @@ def _accepts(type_name: str, value: Any, wrapped_numbers: bool = True) -> bool:
     if type_name == "ScalarType":
         return _is_dtype(value)
     if type_name in ("List[int]", "List[SymInt]"):
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
+        return _is_int(value) or (isinstance(value, (list, tuple)) and all(_is_int(v) for v in value))
     if type_name == "List[float]":
         return isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value)
     if type_name == "List[bool]":

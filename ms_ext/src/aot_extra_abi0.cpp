@@ -13,6 +13,7 @@
 #error "aot_extra_abi0.cpp must be compiled with -D_GLIBCXX_USE_CXX11_ABI=0 (MindSpore's C++ ABI)"
 #endif
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -75,9 +76,9 @@ T *copy_to_malloc(const T *data, size_t count) {
   return out;
 }
 
-template <typename T>
-void flatten_2d(const std::vector<std::vector<T>> &rows, T **flat, ms_ext_attr_value *out) {
-  std::vector<T> all;
+template <typename T, typename Out>
+void flatten_2d(const std::vector<std::vector<T>> &rows, Out **flat, ms_ext_attr_value *out) {
+  std::vector<Out> all;
   std::vector<size_t> lengths;
   for (const auto &row : rows) {
     all.insert(all.end(), row.begin(), row.end());
@@ -89,6 +90,40 @@ void flatten_2d(const std::vector<std::vector<T>> &rows, T **flat, ms_ext_attr_v
   out->rows = lengths.size();
 }
 
+// A float written as text by aot_ops (its Python repr): the whole text must be one number.
+double parse_exact_double(const std::string &text) {
+  const char *begin = text.c_str();
+  char *end = nullptr;
+  errno = 0;
+  const double value = std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size() || errno == ERANGE)
+    throw std::invalid_argument("'" + text + "' is not a float");
+  return value;
+}
+
+std::vector<double> parse_exact_doubles(const std::string &text) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t comma = text.find(',', start);
+    out.push_back(parse_exact_double(text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                                   : comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Whether MindSpore holds the attribute as a string: then a float kind reads the exact text aot_ops wrote.
+bool holds_text(mindspore::AotExtra *extra, const std::string &name) {
+  try {
+    extra->GetAttrStr(name);
+    return true;
+  } catch (const std::exception &) {
+    return false;
+  }
+}
+
 void read_attr(mindspore::AotExtra *extra, const std::string &name, ms_ext_attr_kind kind, ms_ext_attr_value *out) {
   switch (kind) {
     case MS_EXT_ATTR_BOOL:
@@ -98,7 +133,8 @@ void read_attr(mindspore::AotExtra *extra, const std::string &name, ms_ext_attr_
       out->int_value = extra->GetAttrInt(name);
       return;
     case MS_EXT_ATTR_FLOAT:
-      out->float_value = extra->GetAttrFloat(name);
+      out->float_value = holds_text(extra, name) ? parse_exact_double(extra->GetAttrStr(name))
+                                                 : extra->GetAttrFloat(name);
       return;
     case MS_EXT_ATTR_STR: {
       std::string s = extra->GetAttrStr(name);
@@ -113,16 +149,22 @@ void read_attr(mindspore::AotExtra *extra, const std::string &name, ms_ext_attr_
       return;
     }
     case MS_EXT_ATTR_FLOAT_LIST: {
-      std::vector<float> v = extra->GetAttrFloatVec(name);
+      std::vector<double> v;
+      if (holds_text(extra, name)) {
+        v = parse_exact_doubles(extra->GetAttrStr(name));
+      } else {
+        const std::vector<float> f = extra->GetAttrFloatVec(name);
+        v.assign(f.begin(), f.end());
+      }
       out->floats = copy_to_malloc(v.data(), v.size());
       out->count = v.size();
       return;
     }
     case MS_EXT_ATTR_INT_2D:
-      flatten_2d(extra->GetAttrInt2DVec(name), &out->ints, out);
+      flatten_2d<int64_t, int64_t>(extra->GetAttrInt2DVec(name), &out->ints, out);
       return;
     case MS_EXT_ATTR_FLOAT_2D:
-      flatten_2d(extra->GetAttrFloat2DVec(name), &out->floats, out);
+      flatten_2d<float, double>(extra->GetAttrFloat2DVec(name), &out->floats, out);
       return;
   }
   throw std::invalid_argument("unknown attribute kind " + std::to_string(static_cast<int>(kind)));

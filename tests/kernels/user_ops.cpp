@@ -48,12 +48,12 @@ struct AllKinds {
   double f;
   std::string s;
   std::vector<int64_t> il;
-  std::vector<float> fl;
+  std::vector<double> fl;
   std::vector<std::vector<int64_t>> i2;
   std::vector<std::vector<float>> f2;
   explicit AllKinds(const ms_ext::Attrs &a)
       : b(a.get<bool>("b")), i(a.get<int64_t>("i")), f(a.get<double>("f")), s(a.get<std::string>("s")),
-        il(a.get<std::vector<int64_t>>("il")), fl(a.get<std::vector<float>>("fl")),
+        il(a.get<std::vector<int64_t>>("il")), fl(a.get<std::vector<double>>("fl")),
         i2(a.get<std::vector<std::vector<int64_t>>>("i2")), f2(a.get<std::vector<std::vector<float>>>("f2")) {}
 
   std::vector<double> flattened() const {

@@ -4,10 +4,19 @@
 // aot_ops binds a call to the operator's schema in Python and sends the result as attributes:
 //   aten_op           "aten::add.Tensor"          the functional overload
 //   aten_out_op       "aten::add.out" or ""        its out= overload with the same arguments, when one exists
-//   aten_num_inputs   int                          how many tensors MindSpore passes as inputs
+//   aten_num_inputs   int                          how many tensors MindSpore passes as inputs; -1 when a tensor
+//                                                  list given at call time decides (aten_num_outputs is then set)
+//   aten_num_outputs  int                          how many outputs the operator has (-1: unknown until called)
 //   aten_kinds        int list                     one ArgKind per schema argument, in schema order
 //   aten_arg_<i>      value of argument i          (absent for tensors' None and for NONE)
-// The kinds and their encodings must match aot_ops/_aten/encode.py.
+//   aten_out_shapes   str, optional                output shapes as size expressions (size_expr.h), for the C++
+//                                                  shape inference of operators with dynamic shapes
+// The kinds and their encodings must match aot_ops/_aten/encode.py. An optional tensor argument may arrive as
+// None (MindSpore passes NULL and "none"), which the operator receives as None.
+//
+// Entry points: AtenOp (one output) and AtenOpMulti (several), which differ only in the C++ shape inference
+// MindSpore calls (it expects std::vector<int64_t> for one output and a vector of them for several); likewise
+// AtenOpBackward / AtenOpBackwardMulti.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -21,6 +30,8 @@
 
 #include <ms_ext/ms_ext.h>
 
+#include "size_expr.h"
+
 namespace {
 
 enum class ArgKind : int64_t {
@@ -28,20 +39,23 @@ enum class ArgKind : int64_t {
   None = 1,
   Bool = 2,
   Int = 3,
-  Float = 4,           // value: str (Python repr: MindSpore stores float attributes as float32)
+  Float = 4,           // value: float (sent as text, read as the exact double: ms_ext/c_api.h)
   Str = 5,
   IntList = 6,
-  FloatList = 7,       // value: str, comma-separated reprs
+  FloatList = 7,       // value: float list
   BoolList = 8,        // value: int list of 0/1
   ScalarInt = 9,
-  ScalarFloat = 10,    // value: str repr
+  ScalarFloat = 10,    // value: float
   ScalarBool = 11,
   Dtype = 12,          // value: MindSpore dtype name ("float32")
   TensorList = 13,     // value: int list of input indices
   OptionalTensorList = 14,  // value: int list of input indices, -1 for None
   WrappedInt = 15,     // a Python number given for a Tensor argument (torch's "wrapped number")
-  WrappedFloat = 16,   // value: str repr
+  WrappedFloat = 16,   // value: float
   WrappedBool = 17,
+  CallTimeTensorList = 18,  // value: the input index where the list starts; its length is decided per call
+  SymInt = 19,         // value: str, a size expression
+  SymIntList = 20,     // value: str, comma-separated size expressions
 };
 
 // A 0-dim CPU tensor marked as a wrapped number: it promotes like a Python scalar (x_f16 * 2.0 stays float16).
@@ -51,30 +65,13 @@ at::Tensor wrapped_number(const at::Scalar &value) {
   return t;
 }
 
-double parse_double(const std::string &text) {
-  size_t used = 0;
-  const double value = std::stod(text, &used);
-  if (used != text.size()) throw std::invalid_argument("not a number: '" + text + "'");
-  return value;
-}
-
-std::vector<double> parse_doubles(const std::string &text) {
-  std::vector<double> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t comma = text.find(',', start);
-    out.push_back(parse_double(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 // One schema argument's value, decoded from the attributes once (when MindSpore initialises the kernel).
 struct Arg {
   ArgKind kind;
   c10::IValue constant;            // every non-tensor kind
   std::vector<int64_t> inputs;     // Tensor, TensorList, OptionalTensorList: input indices
+  std::vector<aten_bridge::SizeExpr> sizes;  // SymInt, SymIntList
+  bool optional = false;           // the schema accepts None for it
 };
 
 c10::OperatorHandle find_operator(const std::string &qualified) {
@@ -84,13 +81,28 @@ c10::OperatorHandle find_operator(const std::string &qualified) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
 }
 
+// Where this launch's inputs sit among the arguments: how many there are, and the span of a tensor list whose
+// length is decided at call time (the inputs after it are numbered as if it were empty).
+struct CallLayout {
+  int num_inputs = 0;
+  int list_start = -1;
+  int list_length = 0;
+  int64_t input_index(int64_t encoded) const {
+    return list_start >= 0 && encoded >= list_start ? encoded + list_length : encoded;
+  }
+};
+
 // The parsed call: which operator, and how to build its argument stack from MindSpore's inputs.
 struct AtenPlan {
   std::string name;
   std::optional<c10::OperatorHandle> op;
   std::optional<c10::OperatorHandle> out_op;
-  int num_inputs = 0;
+  int num_inputs = 0;   // -1: decided per call by a call-time tensor list
+  int num_outputs = -1;
   std::vector<Arg> args;
+  int list_start = -1;  // input index of the call-time tensor list, if any
+  int fixed_inputs = 0; // inputs besides the call-time list
+  std::optional<aten_bridge::ShapeExprs> out_shapes;
   // Some out= kernels write intermediate results into `out` at another shape (mse_loss.out computes the
   // elementwise loss in it before reducing). Into MindSpore's fixed-size buffer that fails at the resize, before
   // anything is written; the plan then uses the functional overload from that call on.
@@ -101,28 +113,47 @@ struct AtenPlan {
     const std::string out_name = attrs.get<std::string>("aten_out_op", "");
     if (!out_name.empty()) out_op = find_operator(out_name);
     num_inputs = static_cast<int>(attrs.get<int64_t>("aten_num_inputs"));
+    num_outputs = static_cast<int>(attrs.get<int64_t>("aten_num_outputs", -1));
     const std::vector<int64_t> kinds = attrs.get<std::vector<int64_t>>("aten_kinds");
-    if (kinds.size() != op->schema().arguments().size())
-      throw std::invalid_argument(name + " takes " + std::to_string(op->schema().arguments().size()) +
+    const auto &schema_args = op->schema().arguments();
+    if (kinds.size() != schema_args.size())
+      throw std::invalid_argument(name + " takes " + std::to_string(schema_args.size()) +
                                   " arguments, the attributes describe " + std::to_string(kinds.size()));
-    for (size_t i = 0; i < kinds.size(); ++i) args.push_back(decode(attrs, i, static_cast<ArgKind>(kinds[i])));
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      args.push_back(decode(attrs, i, static_cast<ArgKind>(kinds[i])));
+      args.back().optional = schema_args[i].type()->kind() == c10::TypeKind::OptionalType;
+      if (args.back().kind == ArgKind::CallTimeTensorList) {
+        if (list_start >= 0) throw std::invalid_argument("only one tensor list can be given at call time");
+        list_start = static_cast<int>(args.back().inputs.at(0));
+      } else {
+        for (int64_t input : args.back().inputs) fixed_inputs += input >= 0 ? 1 : 0;
+      }
+    }
+    if ((num_inputs < 0) != (list_start >= 0) || (num_inputs < 0 && num_outputs < 0))
+      throw std::invalid_argument("aten_num_inputs is -1 exactly when a tensor list is given at call time, "
+                                  "and aten_num_outputs must then be set");
+    if (attrs.has("aten_out_shapes")) {
+      if (num_outputs < 0) throw std::invalid_argument("aten_out_shapes needs aten_num_outputs");
+      out_shapes.emplace(attrs.get<std::string>("aten_out_shapes"), num_outputs);
+    }
   }
 
   static Arg decode(const ms_ext::Attrs &attrs, size_t i, ArgKind kind) {
     const std::string key = "aten_arg_" + std::to_string(i);
     const char *k = key.c_str();
-    Arg arg{kind, c10::IValue(), {}};
+    Arg arg{kind, c10::IValue(), {}, {}};
     switch (kind) {
-      case ArgKind::Tensor: arg.inputs = {attrs.get<int64_t>(k)}; break;
+      case ArgKind::Tensor:
+      case ArgKind::CallTimeTensorList: arg.inputs = {attrs.get<int64_t>(k)}; break;
       case ArgKind::TensorList:
       case ArgKind::OptionalTensorList: arg.inputs = attrs.get<std::vector<int64_t>>(k); break;
       case ArgKind::None: break;
       case ArgKind::Bool: arg.constant = attrs.get<bool>(k); break;
       case ArgKind::Int: arg.constant = attrs.get<int64_t>(k); break;
-      case ArgKind::Float: arg.constant = parse_double(attrs.get<std::string>(k)); break;
+      case ArgKind::Float: arg.constant = attrs.get<double>(k); break;
       case ArgKind::Str: arg.constant = attrs.get<std::string>(k); break;
       case ArgKind::IntList: arg.constant = attrs.get<std::vector<int64_t>>(k); break;
-      case ArgKind::FloatList: arg.constant = parse_doubles(attrs.get<std::string>(k)); break;
+      case ArgKind::FloatList: arg.constant = attrs.get<std::vector<double>>(k); break;
       case ArgKind::BoolList: {
         c10::List<bool> values;
         for (int64_t v : attrs.get<std::vector<int64_t>>(k)) values.push_back(v != 0);
@@ -130,24 +161,49 @@ struct AtenPlan {
         break;
       }
       case ArgKind::ScalarInt: arg.constant = at::Scalar(attrs.get<int64_t>(k)); break;
-      case ArgKind::ScalarFloat: arg.constant = at::Scalar(parse_double(attrs.get<std::string>(k))); break;
+      case ArgKind::ScalarFloat: arg.constant = at::Scalar(attrs.get<double>(k)); break;
       case ArgKind::ScalarBool: arg.constant = at::Scalar(attrs.get<bool>(k)); break;
       case ArgKind::Dtype: arg.constant = ms_ext::scalar_type_from_ms(attrs.get<std::string>(k).c_str()); break;
       case ArgKind::WrappedInt: arg.constant = wrapped_number(attrs.get<int64_t>(k)); break;
-      case ArgKind::WrappedFloat: arg.constant = wrapped_number(parse_double(attrs.get<std::string>(k))); break;
+      case ArgKind::WrappedFloat: arg.constant = wrapped_number(attrs.get<double>(k)); break;
       case ArgKind::WrappedBool: arg.constant = wrapped_number(attrs.get<bool>(k)); break;
+      case ArgKind::SymInt: arg.sizes = {aten_bridge::SizeExpr::parse(attrs.get<std::string>(k))}; break;
+      case ArgKind::SymIntList: arg.sizes = aten_bridge::SizeExpr::parse_list(attrs.get<std::string>(k)); break;
       default: throw std::invalid_argument("argument " + std::to_string(i) + " has an unknown kind");
     }
     return arg;
   }
 
+  // The inputs of a forward launch with `nparam` parameters (inputs, then outputs).
+  int forward_inputs(int nparam) const { return num_inputs >= 0 ? num_inputs : nparam - num_outputs; }
+  // The inputs of a backward launch: inputs, one cotangent per forward output, then one gradient per input.
+  int backward_inputs(int nparam) const { return num_inputs >= 0 ? num_inputs : (nparam - num_outputs) / 2; }
+
+  CallLayout layout(int given) const {
+    CallLayout layout{given, list_start, 0};
+    if (list_start >= 0) {
+      layout.list_length = given - fixed_inputs;
+      if (layout.list_length < 0)
+        throw std::invalid_argument("expected at least " + std::to_string(fixed_inputs) + " input(s), got " +
+                                    std::to_string(given));
+    }
+    return layout;
+  }
+
   // Marks the inputs of schema argument `name` as not differentiable; false if it has no input to mark.
-  bool mark_not_differentiable(const std::string &name, std::vector<bool> &differentiable) const {
+  bool mark_not_differentiable(const std::string &name, const CallLayout &layout,
+                               std::vector<bool> &differentiable) const {
     const auto &arguments = op->schema().arguments();
     bool marked = false;
     for (size_t a = 0; a < arguments.size(); ++a) {
       if (arguments[a].name() != name) continue;
-      for (int64_t i : args[a].inputs) {
+      std::vector<int64_t> inputs;
+      for (int64_t i : args[a].inputs) inputs.push_back(i < 0 ? i : layout.input_index(i));
+      if (args[a].kind == ArgKind::CallTimeTensorList) {
+        inputs.clear();
+        for (int k = 0; k < layout.list_length; ++k) inputs.push_back(layout.list_start + k);
+      }
+      for (int64_t i : inputs) {
         if (i >= 0 && differentiable.at(i)) {
           differentiable[i] = false;
           marked = true;
@@ -157,24 +213,49 @@ struct AtenPlan {
     return marked;
   }
 
-  // The argument stack for the functional operator, with `tensor(i)` giving input i.
+  // The argument stack for the functional operator, with `tensor(i)` giving input i (undefined for a None input)
+  // and `shapes` the input shapes (for sizes computed from them).
   template <typename TensorOf>
-  torch::jit::Stack stack(TensorOf tensor) const {
+  torch::jit::Stack stack(const CallLayout &layout, TensorOf tensor, const std::vector<ms_ext::Shape> &shapes) const {
+    const auto &arguments = op->schema().arguments();
     torch::jit::Stack s;
     s.reserve(args.size());
-    for (const Arg &arg : args) {
+    for (size_t a = 0; a < args.size(); ++a) {
+      const Arg &arg = args[a];
       switch (arg.kind) {
-        case ArgKind::Tensor: s.emplace_back(tensor(arg.inputs[0])); break;
-        case ArgKind::TensorList: {
+        case ArgKind::Tensor: {
+          at::Tensor t = tensor(layout.input_index(arg.inputs[0]));
+          if (!t.defined() && !arg.optional)
+            throw std::invalid_argument("argument '" + arguments[a].name() + "' is None, but " + name +
+                                        " needs a tensor there");
+          s.emplace_back(t.defined() ? c10::IValue(t) : c10::IValue());
+          break;
+        }
+        case ArgKind::TensorList:
+        case ArgKind::CallTimeTensorList: {
           c10::List<at::Tensor> list;
-          for (int64_t i : arg.inputs) list.push_back(tensor(i));
+          if (arg.kind == ArgKind::TensorList) {
+            for (int64_t i : arg.inputs) list.push_back(defined_tensor(tensor(layout.input_index(i)), a));
+          } else {
+            for (int k = 0; k < layout.list_length; ++k) list.push_back(defined_tensor(tensor(layout.list_start + k), a));
+          }
           s.emplace_back(list);
           break;
         }
         case ArgKind::OptionalTensorList: {
           c10::List<std::optional<at::Tensor>> list;
-          for (int64_t i : arg.inputs) list.push_back(i < 0 ? std::optional<at::Tensor>() : tensor(i));
+          for (int64_t i : arg.inputs) {
+            at::Tensor t = i < 0 ? at::Tensor() : tensor(layout.input_index(i));
+            list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::optional<at::Tensor>());
+          }
           s.emplace_back(list);
+          break;
+        }
+        case ArgKind::SymInt: s.emplace_back(evaluate(arg.sizes[0], shapes)); break;
+        case ArgKind::SymIntList: {
+          std::vector<int64_t> values;
+          for (const aten_bridge::SizeExpr &e : arg.sizes) values.push_back(evaluate(e, shapes));
+          s.emplace_back(values);
           break;
         }
         default: s.push_back(arg.constant);
@@ -182,7 +263,29 @@ struct AtenPlan {
     }
     return s;
   }
+
+ private:
+  at::Tensor defined_tensor(at::Tensor t, size_t a) const {
+    if (!t.defined())
+      throw std::invalid_argument("argument '" + op->schema().arguments()[a].name() + "' holds None, but " + name +
+                                  " needs tensors there");
+    return t;
+  }
+
+  static int64_t evaluate(const aten_bridge::SizeExpr &e, const std::vector<ms_ext::Shape> &shapes) {
+    return e.evaluate(shapes);  // at launch every dimension is known
+  }
 };
+
+// The shapes of a launch's inputs (a None input counts as 0-dim), for size expressions.
+std::vector<ms_ext::Shape> input_shapes(const ms_ext::Call &call) {
+  std::vector<ms_ext::Shape> shapes;
+  for (int i = 0; i < call.num_inputs(); ++i) {
+    const at::Tensor &t = call.input(i);
+    shapes.emplace_back(t.defined() ? ms_ext::Shape(t.sizes().begin(), t.sizes().end()) : ms_ext::Shape());
+  }
+  return shapes;
+}
 
 // Every tensor an operator returned (a Tensor, a tuple of them, or a Tensor[]), in order.
 std::vector<at::Tensor> flatten_results(const torch::jit::Stack &results) {
@@ -225,27 +328,63 @@ int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
   return 0;
 }
 
-}  // namespace
-
-extern "C" MS_EXT_EXPORT int AtenOpInit(int *ndims, int64_t **shapes, const char **, void *extra) {
-  static constexpr ms_ext::Signature kNoScratch{};
-  return ms_ext::detail::init_entry<AtenPlan>("AtenOp", kNoScratch, ndims, shapes, extra);
+// C++ shape inference (the forward's output shapes, or the backward's gradient shapes), which GRAPH_MODE needs
+// for inputs whose shapes are unknown until run time. `several`: the entry serves operators with several outputs.
+template <typename Rule>
+std::vector<ms_ext::Shape> infer_shapes(const char *entry, void *extra, bool several, Rule rule) {
+  std::string op_name = entry;
+  std::vector<ms_ext::Shape> out;
+  try {
+    ms_ext_clear_last_error();
+    const ms_ext::Attrs attrs(extra);
+    const AtenPlan plan(attrs);
+    op_name = plan.name;
+    if (plan.num_inputs < 0)
+      throw std::logic_error("a tensor list given at call time has no C++ shape inference; fix its length");
+    out = rule(plan);
+    if (several ? out.empty() : out.size() != 1)
+      throw std::logic_error(std::string("the kernel has ") + std::to_string(out.size()) + " output(s); use " +
+                             (several ? "the single-output entry" : "the entry for several outputs"));
+  } catch (...) {
+    ms_ext::detail::raise(op_name.c_str(), ms_ext::detail::describe_current_exception());
+  }
+  return out;
 }
 
-extern "C" MS_EXT_EXPORT int AtenOpBackwardInit(int *ndims, int64_t **shapes, const char **, void *extra) {
-  static constexpr ms_ext::Signature kNoScratch{};
-  return ms_ext::detail::init_entry<AtenPlan>("AtenOpBackward", kNoScratch, ndims, shapes, extra);
+// The input shapes MindSpore passes to a C++ shape inference (unknown dimensions as -1, a None input as 0-dim).
+std::vector<ms_ext::Shape> inferred_input_shapes(int num_inputs, const int *ndims, int64_t *const *shapes) {
+  std::vector<ms_ext::Shape> out;
+  for (int i = 0; i < num_inputs; ++i)
+    out.emplace_back(ndims[i] > 0 ? shapes[i] : nullptr, ndims[i] > 0 ? shapes[i] + ndims[i] : nullptr);
+  return out;
+}
+
+// Forward: the output shapes aot_ops sent as size expressions (aten_out_shapes).
+std::vector<ms_ext::Shape> forward_shapes(const char *entry, int *ndims, int64_t **shapes, void *extra, bool several) {
+  return infer_shapes(entry, extra, several, [&](const AtenPlan &plan) {
+    if (!plan.out_shapes)
+      throw std::logic_error("no output shape expressions (aten_out_shapes): its outputs are inferred in Python");
+    return plan.out_shapes->evaluate(inferred_input_shapes(plan.num_inputs, ndims, shapes));
+  });
+}
+
+// Backward: one gradient per forward input, shaped like it.
+std::vector<ms_ext::Shape> backward_shapes(const char *entry, int *ndims, int64_t **shapes, void *extra, bool several) {
+  return infer_shapes(entry, extra, several, [&](const AtenPlan &plan) {
+    return inferred_input_shapes(plan.num_inputs, ndims, shapes);
+  });
 }
 
 // outputs = op(inputs): into MindSpore's buffers through the out= overload when there is one, else computed and
 // copied after checking each result against its buffer.
-extern "C" MS_EXT_EXPORT int AtenOp(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
-                                    void *stream, void *extra) {
-  const ms_ext::detail::RawArgs raw{nparam, params, ndims, shapes, dtypes, stream, extra};
-  return run("AtenOp", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
-    const ms_ext::Signature sig = ms_ext::Signature().inputs(plan.num_inputs).outputs(nparam - plan.num_inputs);
-    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device);
-    torch::jit::Stack s = plan.stack([&](int64_t i) { return call.input(static_cast<int>(i)); });
+int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
+  return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
+    const int n_in = plan.forward_inputs(raw.nparam);
+    const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in).outputs(raw.nparam - n_in);
+    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device, /*none_inputs=*/true);
+    const CallLayout layout = plan.layout(n_in);
+    torch::jit::Stack s =
+        plan.stack(layout, [&](int64_t i) { return call.input(static_cast<int>(i)); }, input_shapes(call));
     if (plan.out_op && !plan.out_op_resizes.load()) {
       // Aliases of the output views: a failed resize changes an alias's shape, not the views Call checks.
       torch::jit::Stack with_outputs = s;
@@ -269,32 +408,33 @@ extern "C" MS_EXT_EXPORT int AtenOp(int nparam, void **params, int *ndims, int64
         plan.out_op_resizes.store(true);
       }
     }
-    {
-      plan.op->callBoxed(s);
-      const std::vector<at::Tensor> results = flatten_results(s);
-      if (static_cast<int>(results.size()) != call.num_outputs())
-        throw std::invalid_argument("the operator returned " + std::to_string(results.size()) +
-                                    " tensors for " + std::to_string(call.num_outputs()) + " outputs");
-      for (int i = 0; i < call.num_outputs(); ++i) call.set_output(i, results[i]);
-    }
+    plan.op->callBoxed(s);
+    const std::vector<at::Tensor> results = flatten_results(s);
+    if (static_cast<int>(results.size()) != call.num_outputs())
+      throw std::invalid_argument("the operator returned " + std::to_string(results.size()) + " tensors for " +
+                                  std::to_string(call.num_outputs()) + " outputs");
+    for (int i = 0; i < call.num_outputs(); ++i) call.set_output(i, results[i]);
     call.check_outputs_intact();
   });
 }
 
-// (grad inputs...) = AtenOpBackward(inputs..., cotangents of the outputs...): the operator replayed under torch
-// autograd on leaf copies of the inputs, and its vector-Jacobian product. Inputs that are not floating or complex
-// (indices, masks) and inputs the outputs do not depend on get zero gradients.
-extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndims, int64_t **shapes,
-                                            const char **dtypes, void *stream, void *extra) {
-  const ms_ext::detail::RawArgs raw{nparam, params, ndims, shapes, dtypes, stream, extra};
-  return run("AtenOpBackward", raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
-    const int n_in = plan.num_inputs, n_cotangents = nparam - 2 * n_in;
+// (grad inputs...) = backward(inputs..., cotangents of the outputs...): the operator replayed under torch autograd
+// on leaf copies of the inputs, and its vector-Jacobian product. Inputs that are not floating or complex (indices,
+// masks), inputs the outputs do not depend on and None inputs (a 0-dim gradient) get zero gradients.
+int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
+  return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
+    const int n_in = plan.backward_inputs(raw.nparam), n_cotangents = raw.nparam - 2 * n_in;
     const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in);
-    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device);
+    ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device, /*none_inputs=*/true);
+    const CallLayout layout = plan.layout(n_in);
+    std::vector<ms_ext::Shape> shapes = input_shapes(call);
+    shapes.resize(n_in);
     at::AutoGradMode enable_grad(true);
     std::vector<bool> differentiable(n_in);
-    for (int i = 0; i < n_in; ++i)
-      differentiable[i] = at::isFloatingType(call.input(i).scalar_type()) || call.input(i).is_complex();
+    for (int i = 0; i < n_in; ++i) {
+      const at::Tensor &t = call.input(i);
+      differentiable[i] = t.defined() && (at::isFloatingType(t.scalar_type()) || t.is_complex());
+    }
     std::vector<at::Tensor> leaves;
     std::vector<at::Tensor> results;
     // Some operators refuse a gradient for some floating inputs (batch norm's running statistics, a loss's target):
@@ -303,7 +443,7 @@ extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndim
       leaves.clear();
       for (int i = 0; i < n_in; ++i)
         leaves.push_back(differentiable[i] ? call.input(i).detach().requires_grad_(true) : call.input(i));
-      torch::jit::Stack s = plan.stack([&](int64_t i) { return leaves.at(i); });
+      torch::jit::Stack s = plan.stack(layout, [&](int64_t i) { return leaves.at(i); }, shapes);
       try {
         plan.op->callBoxed(s);
       } catch (const c10::Error &e) {
@@ -313,7 +453,7 @@ extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndim
         if (at == std::string::npos || attempt >= n_in) throw;
         const size_t start = at + marker.size();
         const std::string argument = what.substr(start, what.find('\'', start) - start);
-        if (!plan.mark_not_differentiable(argument, differentiable)) throw;
+        if (!plan.mark_not_differentiable(argument, layout, differentiable)) throw;
         continue;
       }
       results = flatten_results(s);
@@ -330,14 +470,15 @@ extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndim
       }
     }
     for (const at::Tensor &leaf : leaves)
-      if (leaf.requires_grad()) wrt.push_back(leaf);
+      if (leaf.defined() && leaf.requires_grad()) wrt.push_back(leaf);
     std::vector<at::Tensor> grads;
     if (!outputs.empty() && !wrt.empty())
       grads = torch::autograd::grad(outputs, wrt, cotangents, /*retain_graph=*/false, /*create_graph=*/false,
                                     /*allow_unused=*/true);
     size_t next = 0;
     for (int i = 0; i < n_in; ++i) {
-      at::Tensor grad = leaves[i].requires_grad() && next < grads.size() ? grads[next++] : at::Tensor();
+      const bool has_grad = leaves[i].defined() && leaves[i].requires_grad();
+      at::Tensor grad = has_grad && next < grads.size() ? grads[next++] : at::Tensor();
       if (grad.defined()) {
         call.set_output(i, grad);
       } else {
@@ -346,4 +487,37 @@ extern "C" MS_EXT_EXPORT int AtenOpBackward(int nparam, void **params, int *ndim
     }
     call.check_outputs_intact();
   });
+}
+
+}  // namespace
+
+#define ATEN_ENTRY(NAME, LAUNCH)                                                                                 \
+  extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {             \
+    static constexpr ms_ext::Signature kNoScratch{};                                                             \
+    return ms_ext::detail::init_entry<AtenPlan>(#NAME, kNoScratch, ndims, shapes, extra);                        \
+  }                                                                                                              \
+  extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
+                                    void *stream, void *extra) {                                                 \
+    return LAUNCH(#NAME, {nparam, params, ndims, shapes, dtypes, stream, extra});                                \
+  }
+
+ATEN_ENTRY(AtenOp, forward_launch)
+ATEN_ENTRY(AtenOpMulti, forward_launch)
+ATEN_ENTRY(AtenOpBackward, backward_launch)
+ATEN_ENTRY(AtenOpBackwardMulti, backward_launch)
+
+extern "C" MS_EXT_EXPORT std::vector<int64_t> AtenOpInferShape(int *ndims, int64_t **shapes, void *extra) {
+  return forward_shapes("AtenOp", ndims, shapes, extra, false).at(0);
+}
+extern "C" MS_EXT_EXPORT std::vector<std::vector<int64_t>> AtenOpMultiInferShape(int *ndims, int64_t **shapes,
+                                                                                 void *extra) {
+  return forward_shapes("AtenOpMulti", ndims, shapes, extra, true);
+}
+extern "C" MS_EXT_EXPORT std::vector<int64_t> AtenOpBackwardInferShape(int *ndims, int64_t **shapes, void *extra) {
+  return backward_shapes("AtenOpBackward", ndims, shapes, extra, false).at(0);
+}
+extern "C" MS_EXT_EXPORT std::vector<std::vector<int64_t>> AtenOpBackwardMultiInferShape(int *ndims,
+                                                                                         int64_t **shapes,
+                                                                                         void *extra) {
+  return backward_shapes("AtenOpBackwardMulti", ndims, shapes, extra, true);
 }

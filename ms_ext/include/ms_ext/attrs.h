@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ms_ext/c_api.h>
@@ -50,17 +51,17 @@ class AttrValue {
   void to(std::vector<double> *out) const { out->assign(raw.floats, raw.floats + raw.count); }
   template <typename T>
   void to(std::vector<std::vector<T>> *out) const {
-    const T *flat = flat_data(static_cast<const T *>(nullptr));
     out->clear();
-    for (size_t r = 0, offset = 0; r < raw.rows; offset += raw.row_lengths[r], ++r)
-      out->emplace_back(flat + offset, flat + offset + raw.row_lengths[r]);
+    for (size_t r = 0, offset = 0; r < raw.rows; offset += raw.row_lengths[r], ++r) {
+      if constexpr (std::is_same_v<T, int64_t>) {
+        out->emplace_back(raw.ints + offset, raw.ints + offset + raw.row_lengths[r]);
+      } else {
+        out->emplace_back(raw.floats + offset, raw.floats + offset + raw.row_lengths[r]);
+      }
+    }
   }
 
   ms_ext_attr_value raw{};
-
- private:
-  const int64_t *flat_data(const int64_t *) const { return raw.ints; }
-  const float *flat_data(const float *) const { return raw.floats; }
 };
 
 }  // namespace detail
@@ -77,7 +78,8 @@ class Attrs {
 
   // The attribute's value as T (bool, int64_t, float/double, std::string, std::vector<int64_t>,
   // std::vector<float/double>, or 2-D vectors of int64_t/float). A missing attribute, or one of another kind,
-  // is an error naming the attribute and the expected kind.
+  // is an error naming the attribute and the expected kind. Floats set through aot_ops arrive as exact doubles
+  // (see ms_ext_attr_value in c_api.h); floats set by hand with add_prim_attr are MindSpore's float32.
   template <typename T>
   T get(const char *name) const {
     constexpr ms_ext_attr_kind kind = detail::AttrKind<T>::value;

@@ -43,10 +43,10 @@ typedef struct ms_ext_extra ms_ext_extra;
 typedef enum {
   MS_EXT_ATTR_BOOL = 0,
   MS_EXT_ATTR_INT = 1,         /* int64 */
-  MS_EXT_ATTR_FLOAT = 2,       /* float32 */
+  MS_EXT_ATTR_FLOAT = 2,       /* a float: MindSpore's float32, or the exact double written as text (below) */
   MS_EXT_ATTR_STR = 3,
   MS_EXT_ATTR_INT_LIST = 4,    /* list of int64 */
-  MS_EXT_ATTR_FLOAT_LIST = 5,  /* list of float32 */
+  MS_EXT_ATTR_FLOAT_LIST = 5,  /* list of float (float32, or comma-separated text) */
   MS_EXT_ATTR_INT_2D = 6,      /* list of lists of int64 */
   MS_EXT_ATTR_FLOAT_2D = 7     /* list of lists of float32 */
 } ms_ext_attr_kind;
@@ -58,6 +58,11 @@ MS_EXT_EXPORT const char *ms_ext_attr_kind_name(ms_ext_attr_kind kind);
  * A decoded attribute value, owned by the caller: release it with ms_ext_attr_value_free.
  * Scalars use the matching scalar field. Lists are flattened into `ints`/`floats` with `count` elements;
  * 2-D lists also fill `row_lengths` (`rows` entries). Strings use `str` (NUL-terminated, `count` bytes).
+ *
+ * Floats: MindSpore keeps a Python float attribute as float32 (eps=1e-5 arrives as 9.99999974738e-06). aot_ops
+ * therefore sends floats as their Python repr in a str attribute ("1e-05", lists as "0.5,1e-05"), and reading a
+ * float or float-list kind accepts such a text and parses the exact double. A float32 attribute set by hand
+ * (op.add_prim_attr("eps", 1e-5)) is still read, as the float32 MindSpore kept.
  */
 typedef struct {
   ms_ext_attr_kind kind;
@@ -66,7 +71,7 @@ typedef struct {
   int bool_value;
   char *str;
   int64_t *ints;
-  float *floats;
+  double *floats;
   size_t count;
   size_t *row_lengths;
   size_t rows;

@@ -34,9 +34,12 @@ class Call {
   // Decodes and checks the arguments: parameter count, shapes, dtype strings, input dtypes, and (when the
   // signature has rules) output shapes and dtypes. `workspaces` is how many scratch buffers MindSpore passes.
   // `device`: where MindSpore's buffers are (the CPU, or the GPU for kernels built for CUDA).
+  // `none_inputs`: whether an input may be None (MindSpore passes NULL and "none"); its input() is then an
+  // undefined tensor. Only entry points whose inputs include optional tensors allow it.
   Call(const char *name, const Signature &signature, const detail::RawArgs &raw, const Attrs &attrs, int workspaces,
-       at::Device device = at::kCPU)
-      : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces), device_(device) {
+       at::Device device = at::kCPU, bool none_inputs = false)
+      : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces), device_(device),
+        none_inputs_(none_inputs) {
     const int n_in = signature.num_inputs(), n_out = signature.num_outputs();
     if (raw.nparam != n_in + n_out + workspaces) {
       std::ostringstream os;
@@ -50,7 +53,8 @@ class Call {
       throw std::invalid_argument("MindSpore passed NULL params/ndims/dtypes");
     tensors_.reserve(n_in + n_out);
     for (int i = 0; i < n_in + n_out; ++i) tensors_.push_back(view(i));
-    for (int i = 0; i < n_in; ++i) input_dtypes_.push_back(tensors_[i].scalar_type());
+    for (int i = 0; i < n_in; ++i)
+      input_dtypes_.push_back(tensors_[i].defined() ? tensors_[i].scalar_type() : at::ScalarType::Undefined);
     signature.check_input_dtypes(input_dtypes_);
     check_outputs_against_rules();
   }
@@ -139,6 +143,11 @@ class Call {
   }
 
   at::Tensor view(int i) const {
+    const char *dtype = raw_.dtypes[i];
+    if (dtype != nullptr && std::strcmp(dtype, "none") == 0) {
+      if (none_inputs_ && i < num_inputs()) return at::Tensor();
+      throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
+    }
     const int nd = raw_.ndims[i];
     if (nd < 0) throw std::invalid_argument(describe(i) + " has a negative rank " + std::to_string(nd));
     if (nd > 0 && (raw_.shapes == nullptr || raw_.shapes[i] == nullptr))
@@ -148,9 +157,6 @@ class Call {
       if (s < 0)
         throw std::invalid_argument(describe(i) + " has an unresolved dimension in shape " + shape_string(sizes));
     }
-    const char *dtype = raw_.dtypes[i];
-    if (dtype != nullptr && std::strcmp(dtype, "none") == 0)
-      throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
     const at::TensorOptions options = at::TensorOptions().dtype(scalar_type_from_ms(dtype)).device(device_);
     int64_t numel = 1;
     for (int64_t s : sizes) numel *= s;
@@ -196,6 +202,7 @@ class Call {
   const Attrs &attrs_;
   int workspaces_;
   at::Device device_;
+  bool none_inputs_;
   std::vector<at::Tensor> tensors_;
   std::vector<at::ScalarType> input_dtypes_;
   std::vector<at::Tensor> own_scratch_;

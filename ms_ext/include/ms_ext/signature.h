@@ -47,6 +47,7 @@ class Signature {
   // Fails with the message users see (from Python or C++) when an input dtype is not supported.
   void check_input_dtypes(const std::vector<at::ScalarType> &dtypes) const {
     for (size_t i = 0; i < dtypes.size(); ++i) {
+      if (dtypes[i] == at::ScalarType::Undefined) continue;  // a None input (Call's none_inputs)
       if (!dtypes_.empty() && !dtypes_.contains(dtypes[i]))
         throw std::invalid_argument("input " + std::to_string(i) + " has dtype " + ms_dtype_name(dtypes[i]) +
                                     ", which this operator does not support (supported: " + dtypes_.to_string() +

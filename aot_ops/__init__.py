@@ -4,6 +4,9 @@ Public surface:
     aot_ops.leaky_relu(), add(), mul(), sum(), mean(), matmul(), softmax(), max(), gelu(), layer_norm(),
     permute()
         ready operators backed by the bundled CPU ATen kernels (see aot_ops.operators)
+    aot_ops.from_torch(model, example_args) -> mindspore.nn.Cell
+        a whole torch.nn.Module as a MindSpore Cell (both modes, training, weights both ways); PortError names
+        the torch node that cannot be ported
     aot_ops.library_path()
         where the bundled kernel library lives, for building ops.Custom by hand
     aot_ops.aten
@@ -59,6 +62,8 @@ _LAZY = {
     "harness": (".harness", None),
     "aten": (".aten", None),
     "operators": (".operators", None),
+    "from_torch": ("._port", "from_torch"),
+    "PortError": ("._port", "PortError"),
 }
 
 __all__ = sorted(_LAZY)

@@ -49,6 +49,14 @@ class MetaInference:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        for s in shapes:
+            if s is not None and any(d < 0 for d in s):
+                described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
+                raise InferenceError(
+                    f"{self.name}: input shapes are unknown until run time ({described}: -1 is a dynamic dimension, "
+                    "-2 a dynamic rank); this operator infers its outputs in Python, which needs static shapes. "
+                    "Give its output shapes (aten.op(..., out_shapes=..., out_dtypes=...) with aten.size "
+                    "expressions), or port whole networks with aot_ops.from_torch(..., dynamic_batch=True)")
         try:
             with fake_mode():
                 inputs = [None if s is None else torch.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]

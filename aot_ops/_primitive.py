@@ -67,8 +67,10 @@ class CppInference:
 
 def _reg_info(symbol: str, n_in: int, n_out: int):
     """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype. Built anew for
-    every primitive: Custom modifies the reg_info it is given (it prefixes the op name)."""
-    reg = CustomRegOp(symbol)
+    every primitive: Custom modifies the reg_info it is given (it prefixes the op name). MindSpore registers the
+    kernel's inputs and outputs once per (reg_info name, function): the name carries the counts, because one entry
+    point (the generic AtenOp) serves operators of every arity."""
+    reg = CustomRegOp(f"{symbol}_{n_in}_{n_out}")
     for i in range(n_in):
         reg = reg.input(i, f"x{i}")
     for i in range(n_out):

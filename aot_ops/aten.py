@@ -20,7 +20,7 @@ from ._aten import operator as _operator
 from ._aten import schema as _schema
 from ._aten import sizes as _sizes
 
-__all__ = ["op", "size", "size_max", "size_min", "SizeExpr"]
+__all__ = ["op", "INPUT", "size", "size_max", "size_min", "SizeExpr"]
 
 
 def _run(call: _schema.BoundCall):
@@ -71,7 +71,8 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
       `aten.op("aten::layer_norm", normalized_shape=[64])` is called as op(x), op(x, w) or op(x, w, b). Inside a
       GRAPH_MODE Cell, pass None for the ones you leave out, or fix them here (weight=None).
     - A tensor list (aten::cat's `tensors`) not fixed here is given at call time as one list or tuple:
-      `aten.op("aten::cat", dim=1)([a, b])`.
+      `aten.op("aten::cat", dim=1)([a, b])`; with its length fixed here, as separate tensors:
+      `aten.op("aten::cat", tensors=[aten.INPUT, aten.INPUT], dim=1)(a, b)`.
     - Sizes may depend on input shapes: `aten.op("aten::view", size=[aten.size(0, 0) * 16, 64])`.
     - `out_shapes`/`out_dtypes`: the outputs' shapes (ints or aten.size expressions) and torch dtypes, when you
       know them: MindSpore then infers shapes in C++, which GRAPH_MODE needs for inputs with dynamic shapes
@@ -105,6 +106,7 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
     raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
 
 
+INPUT = _schema.CALL_TIME  # a tensor given at call time, in a list argument: tensors=[aten.INPUT, aten.INPUT]
 size = _sizes.size
 size_max = _sizes.size_max
 size_min = _sizes.size_min

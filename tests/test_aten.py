@@ -265,3 +265,16 @@ def test_sizes_from_input_shapes_in_one_dynamic_graph():
     for batch in (2, 5):  # PyNative, the same operator
         x = f64(batch, 6)
         assert_same(to_torch(op(to_ms(x))), x.view(batch * 3, 2))
+
+
+def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
+    cell = OpCell(aten.op("aten::neg"))
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float64))
+        with pytest.raises((ValueError, RuntimeError), match=r"aten::neg: input shapes are unknown until run time "
+                                                              r"\(\[-1, 3\] float64.*Give its output shapes"):
+            cell(to_ms(f64(2, 3)))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert_next_call_works()

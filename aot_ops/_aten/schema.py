@@ -26,7 +26,7 @@ class _Placeholder:
         return self._text
 
 
-CALL_TIME = _Placeholder("<tensor>")              # one tensor (None allowed at call time when it is optional)
+CALL_TIME = _Placeholder("aten.INPUT")              # one tensor (None allowed at call time when it is optional)
 CALL_TIME_LIST = _Placeholder("<tensor list>")    # a Tensor[] argument: its tensors, as one list or tuple
 
 
@@ -220,8 +220,9 @@ def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: di
                     + "\n".join(errors))
 
 
-def check_in_scope(overload: torch._ops.OpOverload) -> None:
-    """Refuses, when the operator is created, what cannot be a tensor -> tensor aot operator."""
+def check_in_scope(overload: torch._ops.OpOverload, factories: bool = False) -> None:
+    """Refuses, when the operator is created, what cannot be a tensor -> tensor aot operator. `factories`: accept
+    operators that take no tensor (from_torch computes those with constant arguments once, as constants)."""
     schema = overload._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
     for tag, why in _NOT_TENSOR_TO_TENSOR_TAGS.items():
@@ -234,7 +235,8 @@ def check_in_scope(overload: torch._ops.OpOverload) -> None:
     for ret in schema.returns:
         if str(ret.type) not in ("Tensor", "List[Tensor]"):
             raise ValueError(f"{name} cannot be bridged: it returns {ret.type}, not tensors")
-    if not any(real_type(a)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]") for a in schema.arguments):
+    if not factories and not any(real_type(a)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]")
+                                 for a in schema.arguments):
         raise ValueError(f"{name} cannot be bridged: it takes no tensor (a factory function)")
 
 

@@ -1,0 +1,145 @@
+"""aot_ops.from_torch: a torch.nn.Module as a MindSpore Cell, every node one bridged ATen operator.
+
+    cell = aot_ops.from_torch(model, (x,))                     # PyNative and GRAPH_MODE, gradients, training
+
+The pieces: export.py (torch.export at the functional level, decomposing only what the bridge refuses),
+graph.py (the exported graph read as aten.op calls, with every refusal named by node and source line), codegen.py
+(the Cell's source, written to the build cache: GRAPH_MODE compiles from source), cell.py (structure, parameters,
+buffers, weights both ways, training and evaluation).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .cell import PortedCell, PortSpec, StateEntry, Structure
+from .codegen import generate
+from .errors import PortError
+from .export import export
+from .graph import Graph, read
+
+__all__ = ["from_torch", "PortError", "PortedCell"]
+
+
+def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor, *, dynamic_batch: bool = False,
+               dynamic_shapes: Any = None) -> PortedCell:
+    """Ports `model` to a mindspore.nn.Cell computing what model(*args) computes.
+
+    - `args`: example tensors, as for torch.export; the cell is called with MindSpore tensors of the same shapes
+      and dtypes (any size along dimension 0 with `dynamic_batch=True`, or as `dynamic_shapes` says, in
+      torch.export's format). A call with other shapes is an error naming the expected and given shapes.
+    - Parameters become mindspore.Parameters named after the state_dict keys, trainable as in torch; buffers become
+      non-trainable Parameters, updated as torch updates them (BatchNorm's running statistics).
+    - `cell.set_train(True/False)` switches between the module's training and evaluation behaviour; the cell starts
+      in the mode the module is in. Dropout with p > 0 cannot run in training mode (random numbers cannot match
+      torch): such a module is ported for evaluation only, or refused if it is in training mode.
+    - `cell.load_torch_state_dict(sd)` / `cell.torch_state_dict()` move weights between the two frameworks.
+    - `cell.source_file` is the generated source (one aten.op per torch node); print(cell) shows the structure.
+    Raises PortError naming the torch node and its source line when something cannot be ported.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    for k, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"from_torch: argument {k} is a {type(a).__name__}; give example tensors only (bind other "
+                            "arguments in a wrapper module)")
+    if dynamic_batch and dynamic_shapes is not None:
+        raise TypeError("from_torch: give dynamic_batch or dynamic_shapes, not both")
+    if dynamic_batch:
+        batch = torch.export.Dim("batch")
+        dynamic_shapes = tuple({0: batch} if a.dim() > 0 else None for a in args)
+    name = type(model).__name__
+
+    graphs: dict[str, Graph] = {"eval": read(export(model, args, dynamic_shapes, training=False))}
+    refused_training = None
+    try:
+        graphs["train"] = read(export(model, args, dynamic_shapes, training=True))
+    except PortError as exc:
+        if model.training:
+            raise
+        refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
+    if "train" in graphs and _same(graphs["train"], graphs["eval"]):
+        graphs = {"both": graphs["eval"]}
+
+    modules = [(path, type(m).__name__) for path, m in model.named_modules()]
+    state = _state_entries(model)
+    aliases = {e.key: e.alias_of for e in state if e.alias_of}
+    structure = Structure(modules)
+    source = generate(_class_name(name), name, graphs, refused_training,
+                      lambda key: structure.state_expression(aliases.get(key, key)))
+    cls, path = _load_class(_class_name(name), source)
+    spec = PortSpec(
+        module_name=name, modules=modules, state=state,
+        constants={f"{mode}_{k}": v for mode, g in graphs.items() for k, v in g.constants.items()},
+        inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
+        training=model.training,
+        refused_training=refused_training,
+        operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()})
+    cell = cls(spec)
+    cell.source_file = str(path)
+    return cell
+
+
+def _same(a: Graph, b: Graph) -> bool:
+    return (a.steps == b.steps and a.outputs == b.outputs and a.buffer_updates == b.buffer_updates
+            and a.state == b.state and a.constants.keys() == b.constants.keys()
+            and all(torch.equal(a.constants[k], b.constants[k]) for k in a.constants))
+
+
+def _state_entries(model: torch.nn.Module) -> list[StateEntry]:
+    """Every parameter and buffer, persistent ones in state_dict order; tied tensors as aliases of the first key."""
+    entries: list[StateEntry] = []
+    first_key: dict[int, str] = {}
+
+    def add(key: str, tensor: torch.Tensor, persistent: bool):
+        trainable = isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad
+        alias = first_key.setdefault(id(tensor), key)
+        entries.append(StateEntry(key, tensor.detach(), trainable, persistent, None if alias == key else alias))
+
+    persistent = model.state_dict(keep_vars=True)
+    for key, tensor in persistent.items():
+        add(key, tensor, True)
+    for key, tensor in model.named_buffers(remove_duplicate=False):
+        if key not in persistent:
+            add(key, tensor, False)
+    return entries
+
+
+def _class_name(module_name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in module_name)
+    return f"Ported{cleaned}"
+
+
+def _load_class(class_name: str, source: str) -> tuple[type, Path]:
+    """The generated class, from a file in the build cache named by the source's hash (GRAPH_MODE parses the
+    source of construct, and needs its module importable by name)."""
+    from .._build import cache
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    module_name = f"aot_ops_ported_{class_name}_{digest}"
+    folder = cache.cache_root() / "ported"
+    path = folder / f"{class_name}_{digest}.py"
+    module = sys.modules.get(module_name)
+    if module is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != source:
+            tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    return getattr(module, class_name), path

@@ -1,0 +1,270 @@
+"""PortedCell: what every ported network has, besides its generated graph (codegen.py).
+
+- The torch module's structure as nested Cells, so parameters are named as in the state_dict ("layer1.0.conv1.weight";
+  under a parent Cell MindSpore prefixes them, as torch does) and print(cell) shows the module tree with the number
+  of bridged operators each module makes. Numbered children (Sequential, ModuleList) become a CellList.
+- Parameters as mindspore.Parameter (trainable as in torch), buffers as non-trainable Parameters, which the
+  training graph updates with Assign (BatchNorm's running statistics and num_batches_tracked).
+- Weights both ways: load_torch_state_dict(state_dict) and torch_state_dict().
+- set_train(True/False) switches between the module's training and evaluation graphs.
+"""
+from __future__ import annotations
+
+import collections
+import keyword
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple
+
+import mindspore as ms
+import torch
+from mindspore import nn, ops
+from torch.utils._pytree import tree_unflatten
+
+from .. import _dtypes
+from .._convert import to_ms, to_torch
+from .codegen import expected_input
+from .errors import PortError
+
+
+@dataclass
+class StateEntry:
+    key: str                      # the state_dict key ("encoder.linear1.weight")
+    tensor: torch.Tensor
+    trainable: bool               # a parameter with requires_grad (buffers never are)
+    persistent: bool = True       # in the module's state_dict (non-persistent buffers are not)
+    alias_of: str | None = None   # a tied weight: the key of the entry holding the same tensor
+
+
+@dataclass
+class PortSpec:
+    """What a ported cell is made from (everything but the generated graph)."""
+
+    module_name: str
+    modules: list[tuple[str, str]]             # (path, class name) of every submodule, parents first
+    state: list[StateEntry]
+    constants: dict[str, torch.Tensor]
+    inputs: list                               # graph.UserInput of the user inputs
+    out_spec: object                           # the outputs' structure (a torch pytree spec)
+    training: bool                             # the module's mode when it was ported
+    refused_training: str | None = None        # why the training graph cannot run (dropout with p > 0)
+    operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
+
+
+class IncompatibleKeys(NamedTuple):
+    """Like torch's load_state_dict result."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class ModuleCell(nn.Cell):
+    """A torch submodule: holds its parameters and buffers and its children, and shows what it is."""
+
+    def __init__(self, kind: str, counts: str):
+        super().__init__()
+        self._kind, self._counts = kind, counts
+
+    def extend_repr(self):
+        return f"{self._kind}{self._counts}"
+
+
+class ModuleListCell(nn.CellList):
+    """A torch module whose children are numbered (Sequential, ModuleList): indexed as cell[i]."""
+
+    def __init__(self, kind: str, counts: str):
+        super().__init__()
+        self._kind, self._counts = kind, counts
+
+    def extend_repr(self):
+        return f"{self._kind}{self._counts}"
+
+
+class OperatorSet(nn.Cell):
+    """The bridged operators of one graph (training or evaluation), one attribute per torch node."""
+
+    def __init__(self, mode: str):
+        super().__init__()
+        self.mode = mode
+
+    def count(self) -> int:
+        return sum(1 for k, v in vars(self).items() if isinstance(v, ops.Primitive)) + len(self._cells)
+
+    def __repr__(self):
+        return f"OperatorSet({self.count()} bridged operators, {self.mode})"
+
+
+class PortedCell(nn.Cell):
+    """Base of every cell aot_ops.from_torch generates."""
+
+    module_name = "Module"
+
+    def __init__(self, spec: PortSpec):
+        super().__init__()
+        self._spec = spec
+        self._build_modules(spec)
+        self._parameters: dict[str, ms.Parameter] = {}
+        for entry in spec.state:
+            if entry.alias_of is None:
+                self._parameters[entry.key] = self._add_parameter(entry)
+        for entry in spec.state:
+            if entry.alias_of is not None:
+                self._parameters[entry.key] = self._parameters[entry.alias_of]
+        for name, tensor in spec.constants.items():
+            setattr(self, f"const_{name}", to_ms(tensor))
+        self.assign = ops.Assign()
+        for mode, operators in self.make_operators().items():
+            setattr(self, f"ops_{mode}", operators)
+        if any(d is None for i in spec.inputs for d in i.shape):
+            # One compiled GRAPH_MODE graph for every batch size; PyNative runs any shape anyway.
+            self.set_inputs(*[ms.Tensor(shape=list(i.shape), dtype=_dtypes.to_ms(i.dtype)) for i in spec.inputs])
+        super().set_train(spec.training)
+        flat = getattr(sys.modules[type(self).__module__], f"Flat{type(self).__name__}", None)
+        # Not a child cell (a child would show in print(cell) and be a second owner of the parameters).
+        self.__dict__["_flat_twin"] = flat(self) if flat is not None else None
+
+    def __call__(self, *args, **kwargs):
+        self._check_inputs(args)
+        if self.__dict__.get("_flat_twin") is not None and ms.get_context("mode") == ms.GRAPH_MODE:
+            leaves = self._flat_twin(*args, **kwargs)
+            return tree_unflatten(list(leaves), self._spec.out_spec)
+        return super().__call__(*args, **kwargs)
+
+    def _check_inputs(self, args) -> None:
+        """The inputs' shapes and dtypes against those the module was ported for (construct checks again, for calls
+        from other graphs; here MindSpore's own checks of dynamic inputs would come first)."""
+        specs = self._spec.inputs
+        if len(args) != len(specs):
+            raise TypeError(f"{self.module_name} takes {len(specs)} input(s) ({', '.join(s.name for s in specs)}), "
+                            f"got {len(args)}")
+        for spec, arg in zip(specs, args):
+            shape = tuple(getattr(arg, "shape", ()))
+            dtype = getattr(arg, "dtype", None)
+            if (len(shape) != len(spec.shape) or any(n is not None and n != d for n, d in zip(spec.shape, shape))
+                    or dtype != _dtypes.to_ms(spec.dtype)):
+                raise ValueError(expected_input(self.module_name, spec) + f"{shape} {dtype}")
+
+    # ---- structure ---------------------------------------------------------------------------------------------
+
+    def make_operators(self) -> dict[str, OperatorSet]:
+        raise NotImplementedError  # generated
+
+    def _build_modules(self, spec: PortSpec) -> None:
+        structure = Structure(spec.modules)
+        cells: dict[str, nn.Cell] = {"": self}
+        if structure.root_is_list:  # nn.Sequential itself: its numbered children in a CellList
+            self.layers = ModuleListCell(spec.module_name, "")
+        for path, kind in spec.modules:
+            if not path:
+                continue
+            counts = _describe_counts(spec.operator_counts, path)
+            cell = (ModuleListCell if path in structure.lists else ModuleCell)(kind, counts)
+            parent_path, _, name = path.rpartition(".")
+            if parent_path in structure.lists:
+                (self.layers if parent_path == "" else cells[parent_path]).append(cell)
+            else:
+                _check_free(cells[parent_path], name, path)
+                setattr(cells[parent_path], name, cell)
+            cells[path] = cell
+        self._cells_by_path = cells
+
+    def _add_parameter(self, entry: StateEntry) -> ms.Parameter:
+        parent_path, _, name = entry.key.rpartition(".")
+        holder = self._cells_by_path[parent_path]
+        _check_free(holder, name, entry.key)
+        parameter = ms.Parameter(to_ms(entry.tensor), name=entry.key, requires_grad=entry.trainable)
+        setattr(holder, name, parameter)
+        return parameter
+
+    def extend_repr(self):
+        return f"{self.module_name}{_describe_counts(self._spec.operator_counts, '')}"
+
+    # ---- training and evaluation -------------------------------------------------------------------------------
+
+    def set_train(self, mode: bool = True):
+        if mode and self._spec.refused_training:
+            raise PortError(self._spec.refused_training)
+        return super().set_train(mode)
+
+    # ---- weights both ways -------------------------------------------------------------------------------------
+
+    def torch_state_dict(self) -> "collections.OrderedDict[str, torch.Tensor]":
+        """The module's state_dict (same keys, torch tensors) with this cell's current values: load it into the
+        torch module with module.load_state_dict."""
+        return collections.OrderedDict((e.key, to_torch(self._parameters[e.key].value()))
+                                       for e in self._spec.state if e.persistent)
+
+    def load_torch_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> IncompatibleKeys:
+        """Copies a torch state_dict (of the ported module, e.g. a checkpoint) into this cell's Parameters.
+        Shapes and dtypes must match; with strict=True (as torch) every key must be present and known."""
+        expected = [e.key for e in self._spec.state if e.persistent]
+        missing = [k for k in expected if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in self._parameters or k not in expected]
+        if strict and (missing or unexpected):
+            raise PortError(f"{self.module_name}: state_dict does not match (missing keys: {missing}; unexpected "
+                            f"keys: {unexpected})")
+        for key, value in state_dict.items():
+            if key in unexpected:
+                continue
+            parameter = self._parameters[key]
+            value = torch.as_tensor(value)
+            target = tuple(parameter.shape)
+            if tuple(value.shape) != target:
+                raise PortError(f"{self.module_name}: '{key}' has shape {tuple(value.shape)}, the cell's parameter "
+                                f"has {target}")
+            parameter.set_data(to_ms(value.to(to_torch_dtype(parameter))))
+        return IncompatibleKeys(missing, unexpected)
+
+
+def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:
+    return _dtypes.to_torch(parameter.dtype)
+
+
+class Structure:
+    """Where each torch submodule sits in the ported cell: numbered children (Sequential, ModuleList) form a
+    CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`."""
+
+    def __init__(self, modules: list[tuple[str, str]]):
+        children: dict[str, list[str]] = collections.defaultdict(list)
+        for path, _kind in modules:
+            if path:
+                parent, _, name = path.rpartition(".")
+                children[parent].append(name)
+        self.lists = {p for p, names in children.items() if names == [str(k) for k in range(len(names))]}
+        self.root_is_list = "" in self.lists
+        self.expressions = {"": "self"}
+        for path, _kind in modules:
+            if path:
+                parent, _, name = path.rpartition(".")
+                base = "self.layers" if parent == "" and self.root_is_list else self.expressions[parent]
+                self.expressions[path] = f"{base}[{name}]" if parent in self.lists else f"{base}.{name}"
+
+    def state_expression(self, key: str) -> str:
+        """Python expression of a state entry's Parameter from the root cell: "self.layer1[0].conv1.weight"."""
+        parent, _, name = key.rpartition(".")
+        return f"{self.expressions[parent]}.{name}"
+
+
+def _check_free(cell: nn.Cell, name: str, path: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name) or hasattr(cell, name) or name in _RESERVED:
+        raise PortError(f"'{path}': the name '{name}' cannot be a MindSpore Cell attribute (it is not an "
+                        "identifier, or Cell uses it); rename it in the torch module")
+
+
+_RESERVED = {"training", "assign"}
+
+
+def _describe_counts(counts: dict[str, dict[str, int]], path: str) -> str:
+    """", 12 bridged operators" for the module at `path` and its children (per mode when they differ)."""
+    per_mode = {mode: sum(n for p, n in by_path.items() if p == path or p.startswith(path + ".") or not path)
+                for mode, by_path in counts.items()}
+    values = set(per_mode.values())
+    if not values or values == {0}:
+        return ""
+    if len(values) == 1:
+        n = values.pop()
+        return f", {n} bridged operator{'s' if n != 1 else ''}"
+    return ", bridged operators: " + ", ".join(f"{n} in {_MODES[m]}" for m, n in per_mode.items())
+
+
+_MODES = {"train": "training", "eval": "evaluation", "both": "both modes"}

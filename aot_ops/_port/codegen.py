@@ -1,0 +1,251 @@
+"""The Python source of a ported Cell: one `aten.op` per torch node, in a file a user can open.
+
+MindSpore's GRAPH_MODE compiles a Cell from the source of its `construct`, so the ported network must be real
+source in a real, importable file. The file holds one class, a subclass of PortedCell (cell.py) that adds:
+- make_operators(): the aten.op of every node, with the torch module and source line that made it;
+- construct(): checks of the input shapes, then the training or the evaluation graph (self.training);
+- forward_train / forward_eval: one line per node, then the buffer updates, then the outputs in the module's
+  structure.
+"""
+from __future__ import annotations
+
+import keyword
+import math
+from typing import Any, Callable
+
+import torch
+
+from .._aten.schema import CALL_TIME
+from .._aten.sizes import SizeExpr
+from .._signature import ms_name
+from .errors import PortError
+from .graph import Graph, Item, Operator
+
+_LINE = 118
+
+
+def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
+             state_expr: Callable[[str], str]) -> str:
+    """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
+    when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
+    Parameter ("self.layer1[0].conv1.weight")."""
+    first = next(iter(graphs.values()))
+    counts = ", ".join(f"{len(g.operators)} in {_MODE_WORDS[m]}" for m, g in graphs.items())
+    out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
+           "",
+           "Each line of a forward method is one node of the module's torch.export graph, run as a MindSpore operator",
+           "by aot_ops' generic ATen entry point (aten.op). Parameters and buffers are the cell's Parameters, named as",
+           f"in the module's state_dict. Bridged operators: {counts}.",
+           "This file is generated; it is rewritten when the module changes.",
+           '"""',
+           "import mindspore as _ms",
+           "import torch",
+           "",
+           "from aot_ops import aten",
+           "from aot_ops._port.cell import OperatorSet, PortedCell",
+           "",
+           "",
+           f"class {class_name}(PortedCell):",
+           f"    module_name = {module_name!r}",
+           "",
+           "    def make_operators(self):"]
+    for mode, graph in graphs.items():
+        out.append(f"        {_OPS[mode]} = OperatorSet({_MODE_WORDS[mode]!r})")
+        for op in graph.operators:
+            where = f"{op.module} ({op.module_kind})" if op.module else "(root)"
+            comment = f"# {where}: {op.source}" if op.source else f"# {where}"
+            out.append(_clip("        " + comment))
+            out.extend(_wrap(f"        {_OPS[mode]}.{op.name} = {_aten_op(op)}", "            "))
+    out.append("        return {" + ", ".join(f"{m!r}: {_OPS[m]}" for m in graphs) + "}")
+    out.append("")
+
+    params = ", ".join(i.name for i in first.inputs)
+    out.append(f"    def construct(self, {params}):")
+    for k, spec in enumerate(first.inputs):
+        out.extend(_input_check(module_name, spec))
+    if "both" in graphs:
+        out.append(f"        return self.forward_both({params})")
+    else:
+        out.append("        if self.training:")
+        if "train" in graphs:
+            out.append(f"            return self.forward_train({params})")
+        else:
+            out.append(f"            raise RuntimeError({refused_training!r})")
+        out.append(f"        return self.forward_eval({params})")
+    for mode, graph in graphs.items():
+        out.append("")
+        out.extend(_forward(mode, graph, state_expr))
+    if _has_dict(first.out_spec):
+        out.extend(_flat_twin(class_name, params, first.out_spec))
+    return "\n".join(out) + "\n"
+
+
+def _has_dict(spec) -> bool:
+    return spec.type is dict or any(_has_dict(c) for c in spec.children_specs)
+
+
+def _flat_twin(class_name: str, params: str, spec) -> list[str]:
+    """A Cell returning the outputs as a flat tuple: a top-level GRAPH_MODE graph returning a dict runs through
+    MindSpore's dynamic-type path, which cannot call a Custom operator's Python inference. PortedCell calls this
+    twin at the top level and rebuilds the dict in Python; inside other graphs the dict is fine."""
+    leaves = ", ".join(f"out{path}" for path in _leaf_paths(spec)) + ("," if spec.num_leaves == 1 else "")
+    return ["", "",
+            f"class Flat{class_name}(_ms.nn.Cell):",
+            f"    def __init__(self, cell):",
+            "        super().__init__(auto_prefix=False)  # the ported cell's parameters keep their names",
+            "        self.cell = cell",
+            "",
+            f"    def construct(self, {params}):",
+            f"        out = self.cell({params})",
+            f"        return ({leaves})"]
+
+
+def _leaf_paths(spec, prefix: str = "") -> list[str]:
+    if spec.is_leaf():
+        return [prefix]
+    keys = spec.context if spec.type is dict else range(len(spec.children_specs))
+    return [p for key, child in zip(keys, spec.children_specs) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
+
+
+_OPS = {"train": "train", "eval": "eval_", "both": "both"}
+_MODE_WORDS = {"train": "training", "eval": "evaluation", "both": "both modes"}
+
+
+def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[str]:
+    def value(name: str) -> str:
+        if name in graph.state:
+            return state_expr(graph.state[name])
+        if name in graph.constants:
+            return f"self.const_{mode}_{name}"
+        return name
+
+    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):"]
+    ops = f"self.ops_{mode}"
+    for step in graph.steps:
+        if isinstance(step, Item):
+            lines.append(f"        {step.name} = {value(step.of)}[{step.index}]")
+        else:
+            call = f"        {step.name} = {ops}.{step.name}({', '.join(value(v) for v in step.inputs)})"
+            lines.extend(_wrap(call, "            "))
+    for key, name in graph.buffer_updates:
+        lines.append(f"        self.assign({state_expr(key)}, {value(name)})")
+    lines.append(f"        return {_structure(graph.out_spec, iter([value(o) for o in graph.outputs]))}")
+    return lines
+
+
+def _input_check(module_name: str, spec) -> list[str]:
+    """A check that constant-folds in GRAPH_MODE (shapes and dtypes are known when the graph compiles). A direct
+    call is checked in Python first (PortedCell.__call__), with the same words."""
+    shape, x = spec.shape, spec.name
+    if None in shape:
+        conditions = [f"len({x}.shape) != {len(shape)}"] + [f"{x}.shape[{d}] != {n}" for d, n in enumerate(shape)
+                                                             if n is not None]
+    else:
+        conditions = [f"{x}.shape != {tuple(shape)!r}"]
+    conditions.append(f"{x}.dtype != _ms.{_ms_dtype_attr(spec.dtype)}")
+    return ["        if " + " or ".join(conditions) + ":",
+            f"            raise ValueError({expected_input(module_name, spec)!r}",
+            f"                             + str({x}.shape) + ' ' + str({x}.dtype))"]
+
+
+def expected_input(module_name: str, spec) -> str:
+    """The start of the error for an input of another shape or dtype (followed by what was given)."""
+    shape = spec.shape
+    described = "(" + ", ".join("batch" if n is None else str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+    return (f"{module_name} was ported for input {spec.name} of shape {described} and dtype {ms_name(spec.dtype)}"
+            + (" (any batch size)" if None in shape else
+               "; port it with aot_ops.from_torch(..., dynamic_batch=True) for other batch sizes") + "; got ")
+
+
+def _ms_dtype_attr(dtype: torch.dtype) -> str:
+    name = ms_name(dtype)
+    return "bool_" if name == "bool" else name
+
+
+def _aten_op(op: Operator) -> str:
+    args = [repr(op.target)] + [f"{k}={_literal(v)}" for k, v in op.fixed.items()]
+    if op.out_shapes is not None:
+        args.append("out_shapes=" + _literal(op.out_shapes))
+        args.append("out_dtypes=" + _literal(op.out_dtypes))
+    return f"aten.op({', '.join(args)})"
+
+
+def _literal(value: Any) -> str:
+    """Python source for an aten.op argument."""
+    if value is CALL_TIME:
+        return "aten.INPUT"
+    if isinstance(value, SizeExpr):
+        return repr(value)
+    if isinstance(value, torch.dtype):
+        return str(value)  # torch.float32
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.layout, torch.memory_format)):
+        return str(value)  # torch.strided, torch.contiguous_format
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, (bool, int, str)) or value is None:
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    raise PortError(f"an operator argument {value!r} ({type(value).__name__}) cannot be written as aten.op source")
+
+
+def _structure(spec, leaves) -> str:
+    """The outputs rebuilt in the module's structure (a tensor, tuple, list or dict), from the pytree spec."""
+    if spec.is_leaf():
+        return next(leaves)
+    children = [_structure(child, leaves) for child in spec.children_specs]
+    if spec.type is tuple:
+        return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
+    if spec.type is list:
+        return "[" + ", ".join(children) + "]"
+    if spec.type is dict:
+        for key in spec.context:
+            if not isinstance(key, (str, int)):
+                raise PortError(f"the module returns a dict with a {type(key).__name__} key; use str keys")
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(spec.context, children)) + "}"
+    raise PortError(f"the module returns a {spec.type.__name__}; from_torch ports tensors, tuples, lists and dicts "
+                    "of them")
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= _LINE else line[:_LINE - 3] + "..."
+
+
+def _wrap(line: str, indent: str) -> list[str]:
+    """A long call split after commas inside its parentheses (never inside a string literal)."""
+    if len(line) <= _LINE:
+        return [line]
+    breaks, depth, quote, k = [], 0, None, 0
+    while k < len(line):
+        c = line[k]
+        if quote:
+            if c == "\\":
+                k += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth > 0 and line[k + 1:k + 2] == " ":
+            breaks.append(k + 1)
+        k += 1
+    lines, start, current = [], 0, ""
+    for b in breaks + [len(line)]:
+        piece = line[start:b]
+        if current and len(current) + len(piece) > _LINE:
+            lines.append(current.rstrip())
+            current = indent + piece.lstrip()
+        else:
+            current += piece if current else piece
+        start = b
+    lines.append(current.rstrip())
+    return lines
+
+
+def is_identifier(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)

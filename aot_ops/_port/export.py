@@ -1,0 +1,85 @@
+"""torch.export at the level the bridge runs: functional ATen operators, whole (not the core decomposition).
+
+- `torch.export.export` gives the training-level graph (in-place ops, batch norm updating buffers silently);
+  `run_decompositions({})` makes it functional while keeping whole operators (linear, layer_norm, conv2d), which
+  the bridge runs one aot call each. The default decomposition table would split them into several times more
+  calls.
+- Then only what the bridge refuses is decomposed, with torch's own decompositions, until nothing refused is left
+  that torch can decompose: scaled_dot_product_attention (tagged random because of its dropout_p, even at 0) turns
+  into matmuls and a softmax this way.
+- Dropout that draws nothing (p == 0, or eval mode) is kept here and becomes the identity when the graph is read.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from .._aten import schema
+from .errors import PortError
+
+_DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
+
+
+def dropout_is_identity(node: torch.fx.Node) -> bool:
+    """A dropout call that draws no random numbers: probability 0, or not in training mode."""
+    args = list(node.args) + [node.kwargs.get(k) for k in ("p", "train") if k in node.kwargs]
+    p, train = args[1], args[2]
+    return (isinstance(p, (int, float)) and p == 0) or train is False
+
+
+def refusal(node: torch.fx.Node) -> str | None:
+    """Why the bridge cannot run this node's operator as it is (None: it can)."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    if target in _DROPOUTS:
+        return None if dropout_is_identity(node) else "it draws random numbers (dropout with p > 0 in training)"
+    if target.namespace != "aten":
+        return f"it is not an ATen operator ({target.namespace}::)"
+    try:
+        schema.check_in_scope(target, factories=True)
+    except ValueError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
+
+def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: bool) -> ExportedProgram:
+    """The module's graph in the given mode, functional, with what the bridge refuses decomposed."""
+    was_training = model.training
+    model.train(training)
+    try:
+        with _explained("torch.export could not trace the module"):
+            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+        with _explained("torch.export could not make the graph functional"):
+            program = program.run_decompositions({})
+        return _decompose_refused(program)
+    finally:
+        model.train(was_training)
+
+
+def _decompose_refused(program: ExportedProgram) -> ExportedProgram:
+    table = torch.export.default_decompositions()
+    tried: set = set()
+    while True:
+        refused = {n.target for n in program.graph.nodes if n.op == "call_function" and refusal(n) is not None}
+        decomposable = {op for op in refused - tried if op in table}
+        if not decomposable:
+            return program
+        tried |= decomposable
+        with _explained("torch could not decompose " + ", ".join(sorted(str(op) for op in decomposable))):
+            program = program.run_decompositions({op: table[op] for op in decomposable})
+
+
+@contextlib.contextmanager
+def _explained(what: str):
+    """torch.export's own errors (data-dependent control flow, unsupported Python) with what was being done."""
+    try:
+        yield
+    except PortError:
+        raise
+    except Exception as exc:  # torch's many export exception types; its text says what and where
+        text = str(exc).strip()
+        raise PortError(f"{what}: {type(exc).__name__}: {text}") from exc

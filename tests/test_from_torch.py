@@ -1,0 +1,291 @@
+"""aot_ops.from_torch: whole torch networks as MindSpore Cells, checked against torch in both modes."""
+from __future__ import annotations
+
+import copy
+import re
+
+import mindspore as ms
+import pytest
+import torch
+import torch.nn.functional as F
+from mindspore import nn as msnn
+from torch import nn
+
+import aot_ops
+from aot_ops import _primitive
+from support import to_ms, to_torch
+from torch_nets import AttentionNet, ConcatNet, ConvNet, DictMLP, ResNet, TransformerClassifier, WithLoss
+
+STEPS = 10
+LR = 0.1
+
+
+def batches(shape, classes=5, count=STEPS, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(*shape, generator=gen), torch.randint(0, classes, (shape[0],), generator=gen))
+            for _ in range(count)]
+
+
+def train_mindspore(cell, data):
+    """SGD steps through MindSpore's autodiff and optimizer; the losses."""
+    optimizer = msnn.SGD(cell.trainable_params(), learning_rate=LR)
+    step = ms.value_and_grad(cell, None, optimizer.parameters)
+    losses = []
+    for x, target in data:
+        loss, grads = step(to_ms(x), to_ms(target))
+        optimizer(grads)
+        losses.append(float(loss.asnumpy()))
+    return losses
+
+
+def train_torch(module, data):
+    optimizer = torch.optim.SGD(module.parameters(), lr=LR)
+    losses = []
+    for x, target in data:
+        optimizer.zero_grad()
+        loss = module(x, target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def assert_state_close(cell, module):
+    """Every parameter and buffer of the cell equals the torch module's (BatchNorm statistics included)."""
+    ours = cell.torch_state_dict()
+    theirs = module.state_dict()
+    assert list(ours) == list(theirs)
+    for key, value in theirs.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(ours[key], value, rtol=1e-4, atol=1e-5, msg=key)
+        else:
+            assert torch.equal(ours[key], value), key
+
+
+TRAINED = [
+    (TransformerClassifier, (8, 6, 32)),
+    (ConvNet, (4, 3, 8, 8)),
+    (ResNet, (2, 3, 16, 16)),
+    (ConcatNet, (6, 12)),
+    (AttentionNet, (4, 5, 16)),
+]
+
+
+@pytest.mark.parametrize("make,shape", TRAINED, ids=[m.__name__ for m, _ in TRAINED])
+def test_training_matches_torch(make, shape, mode):
+    torch.manual_seed(1)
+    model = make()
+    reference = WithLoss(copy.deepcopy(model))
+    data = batches(shape)
+    cell = aot_ops.from_torch(WithLoss(model), data[0])
+    losses = train_mindspore(cell, data)
+    expected = train_torch(reference, data)
+    for ours, theirs in zip(losses, expected):
+        assert abs(ours - theirs) <= 1e-4 * abs(theirs), (losses, expected)
+    assert_state_close(cell, reference)
+
+
+@pytest.mark.parametrize("make,shape", [(ResNet, (2, 3, 16, 16)), (ConvNet, (4, 3, 8, 8))], ids=["ResNet", "ConvNet"])
+def test_evaluation_mode_forward_matches_torch(make, shape, mode):
+    torch.manual_seed(2)
+    model = make()
+    train_torch(WithLoss(model), batches(shape, count=2, seed=5))  # non-trivial running statistics
+    model.eval()
+    x = torch.randn(*shape)
+    cell = aot_ops.from_torch(model, (x,))
+    assert not cell.training
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    assert_state_close(cell, model)  # evaluation leaves the running statistics alone
+
+
+def test_dict_output_keeps_its_structure(mode):
+    torch.manual_seed(3)
+    model = DictMLP()
+    x = torch.randn(4, 12)
+    out = aot_ops.from_torch(model, (x,))(to_ms(x))
+    expected = model(x)
+    assert isinstance(out, dict) and list(out) == ["logits", "features"]
+    for key in expected:
+        torch.testing.assert_close(to_torch(out[key]), expected[key].detach(), rtol=1e-5, atol=1e-6)
+    data = batches((4, 12))
+    reference = WithLoss(copy.deepcopy(model), key="logits")
+    losses = train_mindspore(aot_ops.from_torch(WithLoss(model, key="logits"), data[0]), data)
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, train_torch(reference, data))) < 1e-4
+
+
+def test_tuple_output():
+    class Pair(nn.Module):
+        def forward(self, x):
+            return torch.relu(x), (x * 2, x.sum())
+
+    x = torch.randn(3, 4)
+    out = aot_ops.from_torch(Pair(), (x,))(to_ms(x))
+    assert isinstance(out, tuple) and isinstance(out[1], tuple)
+    torch.testing.assert_close(to_torch(out[1][1]), x.sum())
+
+
+def test_set_train_switches_between_the_graphs(mode):
+    torch.manual_seed(4)
+    model = ConvNet()
+    x = torch.randn(4, 3, 8, 8)
+    cell = aot_ops.from_torch(model, (x,))
+    assert cell.training  # the module was in training mode
+    before = cell.torch_state_dict()["bn1.running_mean"].clone()
+    train_out = to_torch(cell(to_ms(x)))
+    torch.testing.assert_close(train_out, model(x).detach(), rtol=1e-5, atol=1e-6)  # torch updates too
+    assert not torch.equal(cell.torch_state_dict()["bn1.running_mean"], before)
+    cell.set_train(False)
+    model.eval()
+    stats = cell.torch_state_dict()["bn1.running_mean"].clone()
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    assert torch.equal(cell.torch_state_dict()["bn1.running_mean"], stats)
+    cell.set_train(True)
+    model.train()
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trip():
+    torch.manual_seed(5)
+    model, other = ResNet(), ResNet()
+    x = torch.randn(2, 3, 16, 16)
+    cell = aot_ops.from_torch(model, (x,))
+    names = {p.name for p in cell.get_parameters()}
+    assert set(model.state_dict()) <= names  # Parameters are named after the state_dict keys
+    trainable = {p.name for p in cell.trainable_params()}
+    assert trainable == {k for k, p in model.named_parameters()}
+    cell.load_torch_state_dict(other.state_dict())  # a checkpoint from elsewhere
+    model.load_state_dict(cell.torch_state_dict())  # and back into torch
+    for key, value in other.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    cell.set_train(False)
+    other.eval()
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), other(x).detach(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(aot_ops.PortError, match=r"missing keys: \['fc.bias'\]"):
+        cell.load_torch_state_dict({k: v for k, v in other.state_dict().items() if k != "fc.bias"})
+    with pytest.raises(aot_ops.PortError, match=r"'fc.weight' has shape \(3, 16\)"):
+        cell.load_torch_state_dict(dict(other.state_dict(), **{"fc.weight": torch.zeros(3, 16)}))
+
+
+def test_print_shows_structure_and_operator_counts():
+    model = ResNet()
+    cell = aot_ops.from_torch(model, (torch.randn(2, 3, 16, 16),))
+    text = repr(cell)
+    assert re.search(r"ResNet, bridged operators: \d+ in evaluation, \d+ in training", text)
+    assert re.search(r"\(layer2\): ModuleListCell\(\s*Sequential.*\n\s*\(0\): ModuleCell\(\s*BasicBlock", text)
+    assert "(downsample): ModuleListCell(" in text
+    source = open(cell.source_file).read()
+    assert "aten.op('aten::conv2d.default'" in source and "def forward_train(self, x):" in source
+    assert "layer2 (Sequential)" in source or "layer2.0" in source  # comments name the torch module
+
+
+class LossAndGrads(msnn.Cell):
+    """A training graph: the loss and its gradients with respect to the trainable parameters."""
+
+    def __init__(self, net):
+        super().__init__(auto_prefix=False)  # as MindSpore's own wrappers: the parameters keep their names
+        self.net = net
+        self.params = ms.ParameterTuple(net.trainable_params())
+        self.grad = ms.ops.GradOperation(get_by_list=True)
+
+    def construct(self, x, target):
+        return self.net(x, target), self.grad(self.net, self.params)(x, target)
+
+
+def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch):
+    counted = []  # MindSpore asks each operator for its output dtypes when it compiles a graph
+    original = _primitive.AotOp._cpp_dtypes
+    monkeypatch.setattr(_primitive.AotOp, "_cpp_dtypes", lambda self, *a: counted.append(1) or original(self, *a))
+    torch.manual_seed(6)
+    model = WithLoss(TransformerClassifier())
+    cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        step = LossAndGrads(cell)
+        step.set_inputs(*cell.get_inputs())  # from_torch gave the cell dynamic inputs; a wrapper takes them over
+        compiled = []
+        for batch in (3, 8, 5):
+            x, target = batches((batch, 6, 32), count=1, seed=batch)[0]
+            loss = cell(to_ms(x), to_ms(target))
+            loss_too, grads = step(to_ms(x), to_ms(target))
+            reference = copy.deepcopy(model)
+            expected = reference(x, target)
+            expected.backward()
+            assert abs(float(loss.asnumpy()) - expected.item()) < 1e-5
+            assert abs(float(loss_too.asnumpy()) - expected.item()) < 1e-5
+            torch.testing.assert_close(to_torch(grads[0]), reference.model.encoder.self_attn.in_proj_weight.grad,
+                                       rtol=1e-4, atol=1e-6)
+            compiled.append(len(counted))
+        assert compiled[0] > 0 and compiled[0] == compiled[-1], "a graph was compiled again for another batch size"
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    x, target = batches((7, 6, 32), count=1)[0]
+    assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - model(x, target).item()) < 1e-5
+
+
+def test_other_shapes_are_refused_with_the_expected_shape(mode):
+    cell = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),))
+    with pytest.raises(ValueError, match=r"ConcatNet was ported for input x of shape \(6, 12\) and dtype float32; "
+                                         r"port it with .*dynamic_batch=True.*got \(4, 12\)"):
+        cell(to_ms(torch.randn(4, 12)))
+    dynamic = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),), dynamic_batch=True)
+    with pytest.raises(ValueError, match=r"shape \(batch, 12\).*got \(4, 10\)"):
+        dynamic(to_ms(torch.randn(4, 10)))
+    assert dynamic(to_ms(torch.randn(4, 12))).shape == (4, 5)
+
+
+# ---- what cannot be ported is refused, naming the torch node and its source line ------------------------------
+
+def test_dropout_in_training_is_refused_with_what_to_do():
+    model = TransformerClassifier(dropout=0.1)
+    x = torch.randn(2, 6, 32)
+    with pytest.raises(aot_ops.PortError, match=r"native_dropout.*in encoder.*cannot be bridged: it draws random "
+                                                r"numbers.*set the dropout probability to 0"):
+        aot_ops.from_torch(model, (x,))
+    model.eval()
+    cell = aot_ops.from_torch(model, (x,))  # evaluation works: dropout does nothing there
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(aot_ops.PortError, match="ported for evaluation only"):
+        cell.set_train(True)
+
+
+def test_unsupported_operator_names_node_and_line():
+    class Select(nn.Module):
+        def forward(self, x):
+            return x[x > 0]  # boolean indexing: the size depends on the data
+
+    with pytest.raises(aot_ops.PortError, match=r"node '.*' \(aten::.*\) at .*test_from_torch.py:\d+: return x\[x > 0\]"):
+        aot_ops.from_torch(Select(), (torch.randn(4),))
+
+
+def test_data_dependent_shape_is_refused():
+    class Nonzero(nn.Module):
+        def forward(self, x):
+            return torch.nonzero(x).float().sum() * x
+
+    with pytest.raises(aot_ops.PortError, match=r"aten::nonzero.*test_from_torch.py:\d+.*"
+                                                r"its output size depends on the input values"):
+        aot_ops.from_torch(Nonzero(), (torch.randn(4),))
+
+
+def test_in_place_on_an_input_is_refused():
+    class AddInPlace(nn.Module):
+        def forward(self, x):
+            x.add_(1)
+            return x * 2
+
+    with pytest.raises(aot_ops.PortError, match=r"modifies the input 'x' in place"):
+        aot_ops.from_torch(AddInPlace(), (torch.randn(4),))
+
+
+def test_unsupported_dtype_is_refused():
+    class Half32(nn.Module):
+        def forward(self, x):
+            return torch.view_as_complex(x).to(torch.complex32)
+
+    with pytest.raises(aot_ops.PortError, match=r"produces a torch.complex32 tensor, which MindSpore has no dtype"):
+        aot_ops.from_torch(Half32(), (torch.randn(4, 2),))
+
+
+def test_non_tensor_arguments_are_refused():
+    with pytest.raises(TypeError, match="argument 1 is a int; give example tensors only"):
+        aot_ops.from_torch(ConcatNet(), (torch.randn(2, 12), 3))

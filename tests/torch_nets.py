@@ -1,0 +1,127 @@
+"""Small PyTorch networks the from_torch tests port, written with torch.nn as their users write them."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TransformerClassifier(nn.Module):
+    """nn.TransformerEncoderLayer and a classifier head over the mean of the sequence."""
+
+    def __init__(self, d_model=32, heads=4, classes=5, dropout=0.0):
+        super().__init__()
+        self.encoder = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=64, dropout=dropout,
+                                                  batch_first=True)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+class ConvNet(nn.Module):
+    """Conv / BatchNorm / ReLU / MaxPool twice, then a linear layer."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * 2 * 2, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+class BasicBlock(nn.Module):
+    """torchvision's ResNet BasicBlock (in-place ReLU and residual add included)."""
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet(nn.Module):
+    """torchvision's ResNet layout (stem, layer1.., avgpool, fc), two narrow stages of one block each."""
+
+    def __init__(self, classes=5, width=8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = nn.Sequential(BasicBlock(width, width))
+        down = nn.Sequential(nn.Conv2d(width, 2 * width, 1, 2, bias=False), nn.BatchNorm2d(2 * width))
+        self.layer2 = nn.Sequential(BasicBlock(width, 2 * width, 2, down))
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer2(self.layer1(x))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class DictMLP(nn.Module):
+    """An MLP returning a dict: logits and the hidden features."""
+
+    def __init__(self, d_in=12, hidden=16, classes=5):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.Tanh())
+        self.out = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        features = self.layers(x)
+        return {"logits": self.out(features), "features": features}
+
+
+class ConcatNet(nn.Module):
+    """Two branches joined with torch.cat."""
+
+    def __init__(self, d_in=12, classes=5):
+        super().__init__()
+        self.a, self.b = nn.Linear(d_in, 8), nn.Linear(d_in, 6)
+        self.out = nn.Linear(14, classes)
+
+    def forward(self, x):
+        return self.out(torch.cat([torch.relu(self.a(x)), torch.sigmoid(self.b(x))], dim=1))
+
+
+class AttentionNet(nn.Module):
+    """Self-attention written with F.scaled_dot_product_attention (dropout_p=0), causal."""
+
+    def __init__(self, d_model=16, classes=5):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).mean(1))
+
+
+class WithLoss(nn.Module):
+    """A model and its cross-entropy loss: what a training step differentiates."""
+
+    def __init__(self, model, key=None):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, x, target):
+        out = self.model(x)
+        return F.cross_entropy(out[self.key] if self.key else out, target)

@@ -15,6 +15,9 @@ def _handle(library: str) -> ctypes.CDLL:
         fn.restype = ctypes.c_char_p
         fn.argtypes = []
     lib.ms_ext_live_kernel_states.restype = ctypes.c_int64
+    if hasattr(lib, "aot_ops_aten_launches"):
+        lib.aot_ops_aten_launches.restype = ctypes.c_int64
+        lib.aot_ops_aten_launches.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -33,3 +36,12 @@ def live_kernel_states(library: str | Path) -> int:
     """How many per-kernel state objects of the library are alive (created in Init hooks, freed by MindSpore
     when it destroys the kernel)."""
     return int(_handle(str(Path(library).resolve())).ms_ext_live_kernel_states())
+
+
+def aten_launches() -> tuple[int, int]:
+    """(forward, backward) launches of the generic ATen entry points of the bundled library so far: how many
+    bridged calls a network makes (take the difference around a training step)."""
+    from ._paths import library_path
+
+    lib = _handle(str(library_path()))
+    return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))

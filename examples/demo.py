@@ -1,82 +1,99 @@
-"""A MindSpore network whose layers are PyTorch ATen operators, run through ops.Custom(func_type="aot").
+"""Port a PyTorch ResNet-18 to MindSpore in one call and train it there, side by side with torch.
 
     ./run.sh demo
 
-The same Cell runs in PyNative and in GRAPH_MODE; its gradient flows through the bridged operators' backward
-kernels. Every result is compared with torch on the same data.
+aot_ops.from_torch exports the torch module with torch.export and turns it into a mindspore.nn.Cell whose every
+node is a bridged ATen operator; parameters and BatchNorm buffers become MindSpore Parameters named after the
+state_dict. The cell is trained with MindSpore's autodiff and optimizer (first in PyNative, then in GRAPH_MODE),
+while torch trains a copy of the same network on the same batches: the losses are printed side by side. Then the
+weights trained in MindSpore go back into the torch module, whose evaluation-mode predictions are compared with
+the same module ported again.
 """
+import copy
+import sys
+import time
+from pathlib import Path
+
 import mindspore as ms
-import numpy as np
 import torch
-from mindspore import nn
+import torch.nn.functional as F
+from mindspore import nn as msnn
 
 import aot_ops
+from aot_ops._convert import to_ms, to_torch
 
-np.set_printoptions(precision=4, suppress=True)
-ms.set_device("CPU")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from resnet import resnet18  # noqa: E402  (torchvision's layout, written with torch.nn)
+
+STEPS_PER_MODE = 3
+BATCH, CLASSES = 8, 10
 
 
-class TinyClassifier(nn.Cell):
-    """scores = softmax(leaky_relu(x @ w1 + b1) @ w2); also returns the winning class per row."""
-
-    def __init__(self, w1, b1, w2):
+class WithLoss(torch.nn.Module):
+    def __init__(self, model):
         super().__init__()
-        self.w1 = ms.Parameter(ms.Tensor(w1), name="w1")
-        self.b1 = ms.Parameter(ms.Tensor(b1), name="b1")
-        self.w2 = ms.Parameter(ms.Tensor(w2), name="w2")
-        self.matmul = aot_ops.matmul()
-        self.add = aot_ops.add()
-        self.leaky_relu = aot_ops.leaky_relu()
-        self.softmax = aot_ops.softmax()
-        self.max = aot_ops.max()
+        self.model = model
 
-    def construct(self, x):
-        hidden = self.leaky_relu(self.add(self.matmul(x, self.w1), self.b1))
-        scores = self.softmax(self.matmul(hidden, self.w2))
-        confidence, label = self.max(scores)
-        return scores, confidence, label
-
-
-def torch_reference(x, w1, b1, w2):
-    hidden = torch.nn.functional.leaky_relu(x @ w1 + b1, 0.01)
-    return torch.softmax(hidden @ w2, -1)
+    def forward(self, images, labels):
+        return F.cross_entropy(self.model(images), labels)
 
 
 def main():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, 3)).astype(np.float32)
-    w1 = rng.standard_normal((3, 5)).astype(np.float32)
-    b1 = rng.standard_normal(5).astype(np.float32)
-    w2 = rng.standard_normal((5, 2)).astype(np.float32)
-    expected = torch_reference(*map(torch.from_numpy, (x, w1, b1, w2))).numpy()
+    ms.set_device("CPU")
+    torch.manual_seed(0)
+    model = resnet18(num_classes=CLASSES)
+    reference = copy.deepcopy(model)  # torch trains this copy
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(BATCH, 3, 64, 64, generator=gen), torch.randint(0, CLASSES, (BATCH,), generator=gen))
+               for _ in range(2 * STEPS_PER_MODE)]
 
-    print(f"kernel library: {aot_ops.library_path()}")
-    print("input x:\n", x)
-    net = TinyClassifier(w1, b1, w2)
-    for mode, name in ((ms.PYNATIVE_MODE, "PyNative"), (ms.GRAPH_MODE, "GRAPH_MODE")):
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"== ResNet-18 in PyTorch ({parameters / 1e6:.1f}M parameters), ported with aot_ops.from_torch")
+    start = time.perf_counter()
+    cell = aot_ops.from_torch(WithLoss(model), batches[0])
+    summary = repr(cell).splitlines()
+    print(f"   ported in {time.perf_counter() - start:.1f} s: {summary[1].strip()}")
+    print(f"   generated source (one aten.op per torch node): {cell.source_file}")
+
+    print(f"\n== Training: SGD, batch {BATCH} of 3x64x64 images, the same batches in both frameworks")
+    optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
+    torch_optimizer = torch.optim.SGD(reference.parameters(), lr=0.01)
+    torch_loss_fn = WithLoss(reference)
+    print(f"   {'step':>4}  {'MindSpore mode':<14} {'MindSpore loss':>14} {'torch loss':>11} {'|difference|':>12}")
+    worst = 0.0
+    for k, (images, labels) in enumerate(batches):
+        mode = ms.PYNATIVE_MODE if k < STEPS_PER_MODE else ms.GRAPH_MODE
         ms.set_context(mode=mode)
-        scores, confidence, label = net(ms.Tensor(x))
-        print(f"\n[{name}] class scores (softmax):\n", scores.asnumpy())
-        print(f"[{name}] predicted class:", label.asnumpy(), " confidence:", confidence.asnumpy())
-        np.testing.assert_allclose(scores.asnumpy(), expected, rtol=1e-5, atol=1e-6)
-        print(f"[{name}] matches torch: yes")
+        step = ms.value_and_grad(cell, None, optimizer.parameters)
+        loss, grads = step(to_ms(images), to_ms(labels))
+        optimizer(grads)
+        torch_optimizer.zero_grad()
+        expected = torch_loss_fn(images, labels)
+        expected.backward()
+        torch_optimizer.step()
+        ours, theirs = float(loss.asnumpy()), expected.item()
+        worst = max(worst, abs(ours - theirs) / abs(theirs))
+        name = "PyNative" if mode == ms.PYNATIVE_MODE else "GRAPH_MODE"
+        print(f"   {k + 1:>4}  {name:<14} {ours:>14.6f} {theirs:>11.6f} {abs(ours - theirs):>12.2e}")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert worst < 1e-4, f"losses differ by {worst:.2e} (relative)"
+    print(f"   largest relative difference: {worst:.1e}")
 
-    # Gradient of a loss with respect to the first layer's weight, through matmul, add, leaky_relu and softmax.
-    ms.set_context(mode=ms.GRAPH_MODE)
-    target = np.array([0, 1, 1, 0])
 
-    def loss_fn(inputs):
-        scores, _, _ = net(inputs)
-        picked = scores * ms.Tensor(np.eye(2, dtype=np.float32)[target])
-        return -picked.sum()
+    print("\n== Weights back to torch: WithLoss(model).load_state_dict(cell.torch_state_dict())")
+    WithLoss(model).load_state_dict(cell.torch_state_dict())  # parameters and BatchNorm running statistics
+    model.eval()
+    print("   the torch model now holds the weights trained in MindSpore")
 
-    grad_w1 = ms.grad(loss_fn, grad_position=None, weights=net.w1)(ms.Tensor(x))
-    tw1 = torch.from_numpy(w1).requires_grad_()
-    tscores = torch_reference(torch.from_numpy(x), tw1, torch.from_numpy(b1), torch.from_numpy(w2))
-    (-(tscores * torch.eye(2)[torch.from_numpy(target)]).sum()).backward()
-    print("\n[GRAPH_MODE] d loss / d w1 through the aot backward kernels:\n", grad_w1.asnumpy())
-    np.testing.assert_allclose(grad_w1.asnumpy(), tw1.grad.numpy(), rtol=1e-4, atol=1e-6)
-    print("[GRAPH_MODE] gradient matches torch autograd: yes")
+    print("\n== Evaluation mode: that model in torch, and ported again (a cell of the classifier alone)")
+    classifier = aot_ops.from_torch(model, (batches[0][0],))
+    images = batches[-1][0]
+    logits = to_torch(classifier(to_ms(images)))
+    expected = model(images).detach()
+    print(f"   predicted classes  MindSpore {logits.argmax(1).tolist()}\n"
+          f"                      torch     {expected.argmax(1).tolist()}")
+    print(f"   logits, largest |difference|: {(logits - expected).abs().max().item():.1e}")
+    assert torch.allclose(logits, expected, rtol=1e-4, atol=1e-4)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """Small PyTorch networks the from_torch tests port, written with torch.nn as their users write them."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import resnet  # noqa: E402  (examples/resnet.py: the network the demo ports)
 
 
 class TransformerClassifier(nn.Module):
@@ -34,47 +40,9 @@ class ConvNet(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
-class BasicBlock(nn.Module):
-    """torchvision's ResNet BasicBlock (in-place ReLU and residual add included)."""
-
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = downsample
-
-    def forward(self, x):
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
-
-
-class ResNet(nn.Module):
-    """torchvision's ResNet layout (stem, layer1.., avgpool, fc), two narrow stages of one block each."""
-
-    def __init__(self, classes=5, width=8):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, 2, 1)
-        self.layer1 = nn.Sequential(BasicBlock(width, width))
-        down = nn.Sequential(nn.Conv2d(width, 2 * width, 1, 2, bias=False), nn.BatchNorm2d(2 * width))
-        self.layer2 = nn.Sequential(BasicBlock(width, 2 * width, 2, down))
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(2 * width, classes)
-
-    def forward(self, x):
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer2(self.layer1(x))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+def ResNet(classes=5, width=8):
+    """torchvision's ResNet layout (examples/resnet.py), two narrow stages of one block each."""
+    return resnet.ResNet((1, 1), classes, width)
 
 
 class DictMLP(nn.Module):

@@ -81,7 +81,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
 
 
 def _has_dict(spec) -> bool:
-    return spec.type is dict or any(_has_dict(c) for c in spec.children_specs)
+    return spec.type is dict or any(_has_dict(c) for c in spec.children())
 
 
 def _flat_twin(class_name: str, params: str, spec) -> list[str]:
@@ -103,8 +103,8 @@ def _flat_twin(class_name: str, params: str, spec) -> list[str]:
 def _leaf_paths(spec, prefix: str = "") -> list[str]:
     if spec.is_leaf():
         return [prefix]
-    keys = spec.context if spec.type is dict else range(len(spec.children_specs))
-    return [p for key, child in zip(keys, spec.children_specs) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
+    keys = spec.context if spec.type is dict else range(len(spec.children()))
+    return [p for key, child in zip(keys, spec.children()) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
 
 
 _OPS = {"train": "train", "eval": "eval_", "both": "both"}
@@ -195,7 +195,7 @@ def _structure(spec, leaves) -> str:
     """The outputs rebuilt in the module's structure (a tensor, tuple, list or dict), from the pytree spec."""
     if spec.is_leaf():
         return next(leaves)
-    children = [_structure(child, leaves) for child in spec.children_specs]
+    children = [_structure(child, leaves) for child in spec.children()]
     if spec.type is tuple:
         return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
     if spec.type is list:

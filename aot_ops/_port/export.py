@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import torch
@@ -51,11 +52,13 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: b
     was_training = model.training
     model.train(training)
     try:
-        with _explained("torch.export could not trace the module"):
-            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
-        with _explained("torch.export could not make the graph functional"):
-            program = program.run_decompositions({})
-        return _decompose_refused(program)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
+            with _explained("torch.export could not trace the module"):
+                program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+            with _explained("torch.export could not make the graph functional"):
+                program = program.run_decompositions({})
+            return _decompose_refused(program)
     finally:
         model.train(was_training)
 

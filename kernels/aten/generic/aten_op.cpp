@@ -305,6 +305,10 @@ std::vector<at::Tensor> flatten_results(const torch::jit::Stack &results) {
 }
 
 // The plan, parsed once in the Init hook and kept as MindSpore's kernel data, or per call without Init.
+// Launches of the generic entries since the library was loaded: [0] forward, [1] backward. A diagnostic: how many
+// bridged calls a network makes per step (aot_ops.aten_launches()).
+std::atomic<int64_t> g_launches[2];
+
 template <typename Body>
 int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
   std::string op_name = entry;
@@ -378,6 +382,7 @@ std::vector<ms_ext::Shape> backward_shapes(const char *entry, int *ndims, int64_
 // outputs = op(inputs): into MindSpore's buffers through the out= overload when there is one, else computed and
 // copied after checking each result against its buffer.
 int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
+  g_launches[0].fetch_add(1, std::memory_order_relaxed);
   return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const int n_in = plan.forward_inputs(raw.nparam);
     const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in).outputs(raw.nparam - n_in);
@@ -422,6 +427,7 @@ int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
 // on leaf copies of the inputs, and its vector-Jacobian product. Inputs that are not floating or complex (indices,
 // masks), inputs the outputs do not depend on and None inputs (a 0-dim gradient) get zero gradients.
 int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
+  g_launches[1].fetch_add(1, std::memory_order_relaxed);
   return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const int n_in = plan.backward_inputs(raw.nparam), n_cotangents = raw.nparam - 2 * n_in;
     const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in);
@@ -490,6 +496,10 @@ int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
 }
 
 }  // namespace
+
+extern "C" MS_EXT_EXPORT int64_t aot_ops_aten_launches(int backward) {
+  return g_launches[backward != 0 ? 1 : 0].load(std::memory_order_relaxed);
+}
 
 #define ATEN_ENTRY(NAME, LAUNCH)                                                                                 \
   extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {             \

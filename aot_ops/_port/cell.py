@@ -58,8 +58,8 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
-class ModuleCell(nn.Cell):
-    """A torch submodule: holds its parameters and buffers and its children, and shows what it is."""
+class _TorchModule:
+    """What a Cell standing for a torch submodule shows in print(cell): its class and its bridged operators."""
 
     def __init__(self, kind: str, counts: str):
         super().__init__()
@@ -69,15 +69,12 @@ class ModuleCell(nn.Cell):
         return f"{self._kind}{self._counts}"
 
 
-class ModuleListCell(nn.CellList):
+class ModuleCell(_TorchModule, nn.Cell):
+    """A torch submodule: holds its parameters and buffers and its children."""
+
+
+class ModuleListCell(_TorchModule, nn.CellList):
     """A torch module whose children are numbered (Sequential, ModuleList): indexed as cell[i]."""
-
-    def __init__(self, kind: str, counts: str):
-        super().__init__()
-        self._kind, self._counts = kind, counts
-
-    def extend_repr(self):
-        return f"{self._kind}{self._counts}"
 
 
 class OperatorSet(nn.Cell):

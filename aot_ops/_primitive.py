@@ -23,6 +23,7 @@ from ._signature import read_signature
 # cached inference (its own out_shape is never called). Every AotOp therefore carries an identity attribute:
 # a stable one when its behaviour is fully described by (library, symbol, attributes), a fresh one otherwise.
 IDENTITY_ATTR = "aot_ops_identity"
+IO_ATTR = "ms_ext_io"
 _fresh_ids = itertools.count()
 
 
@@ -120,6 +121,11 @@ class AotOp(ops.Custom):
         self.min_inputs = self.num_inputs if min_inputs is None else min_inputs
         set_attributes(self, attrs)
         self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
+        # The input/output split the kernel checks at launch (MindSpore does not pass it; ms_ext/call.h). Every call
+        # of this primitive has exactly these counts: __call__ and __infer__ check its arguments.
+        if self.num_inputs is not None:
+            outputs = [infer.num_outputs] if isinstance(infer, CppInference) else []
+            self.add_prim_attr(IO_ATTR, [self.num_inputs, *outputs])
 
     def __call__(self, *args):
         # PyNative: check the call before MindSpore selects a kernel (a wrong argument count otherwise surfaces as

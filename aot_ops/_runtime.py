@@ -18,6 +18,8 @@ def _handle(library: str) -> ctypes.CDLL:
     if hasattr(lib, "aot_ops_aten_launches"):
         lib.aot_ops_aten_launches.restype = ctypes.c_int64
         lib.aot_ops_aten_launches.argtypes = [ctypes.c_int]
+        lib.aot_ops_aten_refusal.restype = ctypes.c_char_p
+        lib.aot_ops_aten_refusal.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return lib
 
 
@@ -45,3 +47,12 @@ def aten_launches() -> tuple[int, int]:
 
     lib = _handle(str(library_path()))
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
+
+
+def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
+    """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
+    kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""
+    from ._paths import library_path
+
+    lib = _handle(str(library_path()))
+    return lib.aot_ops_aten_refusal(qualified_name.encode(), int(allow_factories)).decode("utf-8", "replace")

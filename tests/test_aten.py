@@ -278,3 +278,22 @@ def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     assert_next_call_works()
+
+
+@pytest.mark.parametrize("name,message", [
+    ("", r"'' is not an ATen operator name"),
+    ("aten::.Tensor", r"'aten::.Tensor' is not an ATen operator name"),
+    ("aten::add.", r"'aten::add.' is not an ATen operator name"),
+    ("prims::neg", r"'prims::neg' is not an ATen operator name"),
+    ("aten::__dict__", r"unknown ATen operator 'aten::__dict__'"),
+])
+def test_malformed_operator_names_are_named_in_the_error(name, message):
+    with pytest.raises((ValueError, AttributeError), match=message):
+        aten.op(name)
+    assert_next_call_works()
+
+
+def test_integers_beyond_int64_name_the_argument():
+    with pytest.raises(TypeError, match=r"aten::add.*argument 'other': 1180591620717411303424 does not fit in int64"):
+        aten.add(to_ms(f64(2)), 2 ** 70)
+    assert_next_call_works()

@@ -97,7 +97,10 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
     """
     check_in_scope(call.overload)
-    attrs, inputs, key = encode(call)
+    try:
+        attrs, inputs, key = encode(call)
+    except TypeError as exc:
+        raise TypeError(f"{call.qualified_name}: {exc}") from None
     if (out_shapes is None) != (out_dtypes is None):
         raise TypeError(f"{call.qualified_name}: give both out_shapes and out_dtypes, or neither")
     if out_shapes is not None:
@@ -152,8 +155,9 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         forward_infer = MetaInference(name, forward_meta)
         backward_infer = MetaInference(f"{name} (backward)", backward_meta)
         forward_symbol, backward_symbol = "AtenOp", "AtenOpBackward"
+    backward_inputs = None if call_time_list or n_outputs is None else n + n_outputs  # inputs, cotangents
     backward = AotOp(library_path(), backward_symbol, infer=backward_infer, attrs=attrs,
-                     identity=identity + ".backward")
+                     identity=identity + ".backward", num_inputs=backward_inputs)
     return AotOp(library_path(), forward_symbol, infer=forward_infer, attrs=attrs, identity=identity,
                  bprop=make_bprop(backward, arity), num_inputs=None if call_time_list else n,
                  min_inputs=None if call_time_list else required)

@@ -2,19 +2,13 @@
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
 from .sizes import SizeExpr
-
-_NOT_TENSOR_TO_TENSOR_TAGS = {
-    torch.Tag.dynamic_output_shape: "its output size depends on the input values",
-    torch.Tag.data_dependent_output: "its output depends on the input values in a way that cannot be inferred",
-    torch.Tag.nondeterministic_seeded: "it draws random numbers, which cannot match torch",
-}
-
 
 class _Placeholder:
     """A tensor argument supplied when the operator is called (aten.op(...) leaves it open)."""
@@ -182,27 +176,41 @@ def functional_overloads(packet: torch._ops.OpOverloadPacket) -> tuple[str, ...]
     return tuple(n for n in names if n in packet.overloads() and not getattr(packet, n)._schema.is_mutable)
 
 
+_NAME = re.compile(r"^(?:aten::)?([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
+
+
+def _split_name(name: str) -> tuple[str, str | None]:
+    """'aten::add.Tensor' -> ('add', 'Tensor'); ValueError naming the text for anything else."""
+    match = _NAME.match(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(f"{name!r} is not an ATen operator name: write 'aten::name' or 'aten::name.overload' "
+                         "(e.g. 'aten::add.Tensor')")
+    return match.group(1), match.group(2)
+
+
 def packet_for(name: str) -> torch._ops.OpOverloadPacket:
     """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu (AttributeError with a clear text)."""
-    short = name.split("::", 1)[1] if name.startswith("aten::") else name
+    short, _ = _split_name(name)
     try:
-        return getattr(torch.ops.aten, short)
+        packet = getattr(torch.ops.aten, short)
     except (AttributeError, RuntimeError):
-        raise AttributeError(f"unknown ATen operator 'aten::{short}'") from None
+        packet = None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        raise AttributeError(f"unknown ATen operator 'aten::{short}'")
+    return packet
 
 
 def overload_for(name: str) -> torch._ops.OpOverload | None:
     """`aten::add.Tensor` -> that overload; `aten::add` -> None (to be resolved from the arguments)."""
-    short = name.split("::", 1)[1] if name.startswith("aten::") else name
-    if "." not in short:
+    op_name, overload_name = _split_name(name)
+    if overload_name is None:
         return None
-    op_name, overload_name = short.split(".", 1)
     packet = packet_for(op_name)
-    try:
-        return getattr(packet, overload_name)
-    except AttributeError:
+    overload = getattr(packet, overload_name, None) if overload_name in packet.overloads() else None
+    if not isinstance(overload, torch._ops.OpOverload):
         raise AttributeError(f"aten::{op_name} has no overload '{overload_name}'; its overloads are:\n"
-                             f"{describe_schema(packet)}") from None
+                             f"{describe_schema(packet)}")
+    return overload
 
 
 def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
@@ -221,23 +229,16 @@ def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: di
 
 
 def check_in_scope(overload: torch._ops.OpOverload, factories: bool = False) -> None:
-    """Refuses, when the operator is created, what cannot be a tensor -> tensor aot operator. `factories`: accept
-    operators that take no tensor (from_torch computes those with constant arguments once, as constants)."""
+    """Refuses, when the operator is created, what the generic ATen entry does not run (its own policy, asked in
+    C++). `factories`: accept operators that take no tensor (from_torch computes those with constant arguments
+    once, as constants)."""
+    from .. import _runtime
+
     schema = overload._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
-    for tag, why in _NOT_TENSOR_TO_TENSOR_TAGS.items():
-        if tag in overload.tags:
-            raise ValueError(f"{name} cannot be bridged: {why}")
-    if schema.is_mutable:
-        raise ValueError(f"{name} cannot be bridged: it modifies its arguments (use the functional overload)")
-    if not schema.returns:
-        raise ValueError(f"{name} cannot be bridged: it returns nothing")
-    for ret in schema.returns:
-        if str(ret.type) not in ("Tensor", "List[Tensor]"):
-            raise ValueError(f"{name} cannot be bridged: it returns {ret.type}, not tensors")
-    if not factories and not any(real_type(a)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]")
-                                 for a in schema.arguments):
-        raise ValueError(f"{name} cannot be bridged: it takes no tensor (a factory function)")
+    why = _runtime.aten_refusal(name, factories)
+    if why:
+        raise ValueError(f"{name} cannot be bridged: {why}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -81,6 +81,66 @@ c10::OperatorHandle find_operator(const std::string &qualified) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
 }
 
+bool is_tensor_type(const c10::TypePtr &type) {
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+bool is_tensor_argument(const c10::Argument &arg) {
+  c10::TypePtr type = arg.type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->containedType(0);
+  if (type->kind() == c10::TypeKind::ListType) {
+    type = type->containedType(0);
+    if (type->kind() == c10::TypeKind::OptionalType) type = type->containedType(0);
+  }
+  return is_tensor_type(type);
+}
+
+// Why the bridge does not run this operator ("" when it does): the one policy for every ATen call, whether it
+// comes from aot_ops (which asks through aot_ops_aten_refusal before making an operator) or from a hand-written
+// primitive with these attributes. The bridge runs functional ATen operators from tensors to tensors:
+// - aten:: only (another namespace may hold anything: prims::, a user library);
+// - nothing that writes into its arguments (in-place and out= overloads would change MindSpore's input buffers);
+// - no random operators (their numbers cannot match torch), no output sizes that depend on input values;
+// - tensor results only, and at least one tensor argument (a factory such as from_file reads files).
+std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories) {
+  const c10::FunctionSchema &schema = op.schema();
+  if (schema.name().rfind("aten::", 0) != 0) return "it is not an ATen operator (only aten:: operators are bridged)";
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) return "it draws random numbers, which cannot match torch";
+  if (op.hasTag(at::Tag::dynamic_output_shape)) return "its output size depends on the input values";
+  if (op.hasTag(at::Tag::data_dependent_output))
+    return "its output depends on the input values in a way that cannot be inferred";
+  if (schema.is_mutable()) return "it modifies its arguments (use the functional overload)";
+  if (schema.returns().empty()) return "it returns nothing";
+  for (const c10::Argument &ret : schema.returns()) {
+    const c10::TypePtr &type = ret.type();
+    const bool tensors = is_tensor_type(type) || (type->kind() == c10::TypeKind::ListType &&
+                                                   is_tensor_type(type->containedType(0)));
+    if (!tensors) return "it returns " + type->str() + ", not tensors";
+  }
+  bool takes_tensor = false;
+  for (const c10::Argument &arg : schema.arguments()) takes_tensor = takes_tensor || is_tensor_argument(arg);
+  if (!takes_tensor && !allow_factories) return "it takes no tensor (a factory function)";
+  return "";
+}
+
+// Whether `out` is the out= overload of `op`: the same operator, the same arguments, then one out tensor per
+// result. (The attribute aten_out_op comes from the caller; a mismatched one would compute another function.)
+std::string out_variant_mismatch(const c10::OperatorHandle &op, const c10::OperatorHandle &out) {
+  const c10::FunctionSchema &f = op.schema(), &o = out.schema();
+  if (o.name() != f.name()) return "is another operator";
+  const auto &args = f.arguments(), &out_args = o.arguments();
+  if (out_args.size() != args.size() + f.returns().size()) return "takes other arguments";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (out_args[i].name() != args[i].name() || out_args[i].type()->str() != args[i].type()->str() ||
+        out_args[i].is_out())
+      return "takes other arguments";
+  }
+  for (size_t i = args.size(); i < out_args.size(); ++i) {
+    if (!out_args[i].is_out() || !is_tensor_type(out_args[i].type())) return "has other outputs";
+  }
+  return "";
+}
+
 // Where this launch's inputs sit among the arguments: how many there are, and the span of a tensor list whose
 // length is decided at call time (the inputs after it are numbered as if it were empty).
 struct CallLayout {
@@ -109,9 +169,27 @@ struct AtenPlan {
   mutable std::atomic<bool> out_op_resizes{false};
 
   explicit AtenPlan(const ms_ext::Attrs &attrs) : name(attrs.get<std::string>("aten_op")) {
+    try {
+      parse(attrs);
+    } catch (...) {  // the operator's name first: these errors surface as the kernel's (AtenOp) initialisation
+      throw std::invalid_argument(name + ": " + ms_ext::detail::describe_current_exception());
+    }
+  }
+
+  void parse(const ms_ext::Attrs &attrs) {
+    if (name.rfind("aten::", 0) != 0)
+      throw std::invalid_argument("cannot be bridged: it is not an ATen operator (only aten:: operators are bridged)");
     op = find_operator(name);
+    const std::string refused = refusal_of(*op, /*allow_factories=*/false);
+    if (!refused.empty()) throw std::invalid_argument("cannot be bridged: " + refused);
     const std::string out_name = attrs.get<std::string>("aten_out_op", "");
-    if (!out_name.empty()) out_op = find_operator(out_name);
+    if (!out_name.empty()) {
+      out_op = find_operator(out_name);
+      const std::string mismatch = out_variant_mismatch(*op, *out_op);
+      if (!mismatch.empty())
+        throw std::invalid_argument("aten_out_op " + out_name + " is not the out= overload of " + name + ": it " +
+                                    mismatch);
+    }
     num_inputs = static_cast<int>(attrs.get<int64_t>("aten_num_inputs"));
     num_outputs = static_cast<int>(attrs.get<int64_t>("aten_num_outputs", -1));
     const std::vector<int64_t> kinds = attrs.get<std::vector<int64_t>>("aten_kinds");
@@ -175,9 +253,32 @@ struct AtenPlan {
   }
 
   // The inputs of a forward launch with `nparam` parameters (inputs, then outputs).
-  int forward_inputs(int nparam) const { return num_inputs >= 0 ? num_inputs : nparam - num_outputs; }
+  // A wrong count must be an error before anything indexes the parameters (a primitive made by hand can be called
+  // with anything).
+  int forward_inputs(int nparam) const {
+    const int n_in = num_inputs >= 0 ? num_inputs : nparam - num_outputs;
+    const int n_out = nparam - n_in;
+    if (n_in < 0 || n_out < 1 || (num_outputs >= 0 && n_out != num_outputs))
+      throw std::invalid_argument(count_error(nparam, n_in, num_outputs));
+    return n_in;
+  }
   // The inputs of a backward launch: inputs, one cotangent per forward output, then one gradient per input.
-  int backward_inputs(int nparam) const { return num_inputs >= 0 ? num_inputs : (nparam - num_outputs) / 2; }
+  int backward_inputs(int nparam) const {
+    const int n_in = num_inputs >= 0 ? num_inputs : (nparam - num_outputs) / 2;
+    const int n_cotangents = nparam - 2 * n_in;
+    if (n_in < 0 || n_cotangents < 1 || (num_outputs >= 0 && n_cotangents != num_outputs))
+      throw std::invalid_argument("the backward expects " + std::to_string(n_in) + " input(s), " +
+                                  (num_outputs >= 0 ? std::to_string(num_outputs) : std::string("the")) +
+                                  " cotangent(s) and " + std::to_string(n_in) + " gradient(s), but MindSpore passed " +
+                                  std::to_string(nparam) + " parameters");
+    return n_in;
+  }
+
+  std::string count_error(int nparam, int n_in, int n_out) const {
+    return "expected " + (num_inputs >= 0 ? std::to_string(num_inputs) : std::string("the")) + " input(s) and " +
+           (n_out >= 0 ? std::to_string(n_out) : std::string("at least one")) + " output(s), but MindSpore passed " +
+           std::to_string(nparam) + " parameters; check the number of arguments of the operator";
+  }
 
   CallLayout layout(int given) const {
     CallLayout layout{given, list_start, 0};
@@ -318,7 +419,7 @@ int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
     ms_ext::detail::DefaultPlacement::Scope scope(raw);  // the device (and on CUDA, MindSpore's stream)
     const ms_ext::Attrs attrs(raw.extra);
     auto *data = ms_ext::detail::kernel_data<AtenPlan>(raw.extra);
-    if (data != nullptr && !data->init_error.empty())
+    if (data != nullptr && (!data->init_error.empty() || !data->state))
       throw std::runtime_error("kernel initialisation failed: " + data->init_error);
     std::optional<AtenPlan> local;
     if (data == nullptr) local.emplace(attrs);
@@ -496,6 +597,21 @@ int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
 }
 
 }  // namespace
+
+// Why the bridge refuses an operator ("" when it runs it), for aot_ops to ask before it makes an operator: the
+// policy lives here, once. `qualified` is "aten::add.Tensor"; an unknown operator gives its reason too. The text
+// is the calling thread's until its next call.
+extern "C" MS_EXT_EXPORT const char *aot_ops_aten_refusal(const char *qualified, int allow_factories) {
+  thread_local std::string answer;
+  try {
+    answer = refusal_of(find_operator(qualified), allow_factories != 0);
+  } catch (const c10::Error &e) {
+    answer = e.what_without_backtrace();
+  } catch (const std::exception &e) {
+    answer = e.what();
+  }
+  return answer.c_str();
+}
 
 extern "C" MS_EXT_EXPORT int64_t aot_ops_aten_launches(int backward) {
   return g_launches[backward != 0 ? 1 : 0].load(std::memory_order_relaxed);

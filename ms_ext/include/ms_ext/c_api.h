@@ -102,6 +102,11 @@ MS_EXT_EXPORT int64_t ms_ext_live_kernel_states(void);
 MS_EXT_EXPORT void ms_ext_kernel_state_created(void);
 MS_EXT_EXPORT void ms_ext_kernel_state_destroyed(void);
 
+/* ---- memory ----------------------------------------------------------------------------------------------- */
+
+/* 1 if [address, address + bytes) is mapped in this process (readable in practice), 0 if not; never faults. */
+MS_EXT_EXPORT int ms_ext_mapped(const void *address, size_t bytes);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

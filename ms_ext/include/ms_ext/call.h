@@ -51,6 +51,7 @@ class Call {
     }
     if (raw.params == nullptr || raw.ndims == nullptr || raw.dtypes == nullptr)
       throw std::invalid_argument("MindSpore passed NULL params/ndims/dtypes");
+    check_split(n_in, n_out);
     tensors_.reserve(n_in + n_out);
     for (int i = 0; i < n_in + n_out; ++i) tensors_.push_back(view(i));
     for (int i = 0; i < n_in; ++i)
@@ -136,6 +137,30 @@ class Call {
       throw std::out_of_range(std::string(what) + " index " + std::to_string(i) + " out of range (" +
                               std::to_string(count) + " in all)");
     return i;
+  }
+
+  // MindSpore passes inputs and outputs in one array and does not say where the inputs end, so a primitive called
+  // with one input too many and one output too few matches the parameter count and would have the kernel write
+  // into the caller's input. The split is therefore taken from the primitive: aot_ops' operators declare it
+  // (attribute ms_ext_io = [inputs] or [inputs, outputs]) and check every call's arity in Python; a primitive whose
+  // outputs MindSpore infers with the kernel's C++ shape inference has exactly the kernel's outputs. A kernel with
+  // several outputs called any other way cannot tell, and refuses. Direct calls (no AotExtra: the harness) are the
+  // caller's own arrays.
+  void check_split(int n_in, int n_out) const {
+    if (raw_.extra == nullptr) return;
+    if (attrs_.has("ms_ext_io")) {
+      const std::vector<int64_t> io = attrs_.get<std::vector<int64_t>>("ms_ext_io");
+      if (io.empty() || io.size() > 2 || io[0] != n_in || (io.size() == 2 && io[1] != n_out))
+        throw std::invalid_argument("the primitive was made for a different number of inputs and outputs than this "
+                                    "call has (the kernel takes " + std::to_string(n_in) + " input(s) and " +
+                                    std::to_string(n_out) + " output(s))");
+      return;
+    }
+    if (n_out > 1 && !(attrs_.has("cpp_infer_shape") && attrs_.get<bool>("cpp_infer_shape")))
+      throw std::invalid_argument(
+          "the kernel has " + std::to_string(n_out) + " outputs, and MindSpore does not tell a kernel where its "
+          "inputs end: call it through an aot_ops operator (AotOp, Library.op), which checks every call, or let "
+          "MindSpore infer its outputs with the kernel's C++ shape inference (out_shape=None and a reg_info)");
   }
 
   std::string describe(int i) const {

@@ -37,6 +37,7 @@ class ShapeArgs {
       shapes_.emplace_back(nd > 0 ? shapes[i] : nullptr, nd > 0 ? shapes[i] + nd : nullptr);
     }
   }
+  ShapeArgs(std::vector<Shape> shapes, const Attrs &attrs) : shapes_(std::move(shapes)), attrs_(attrs) {}
   int num_inputs() const { return static_cast<int>(shapes_.size()); }
   const Shape &shape(int i) const { return shapes_.at(i); }
   int64_t rank(int i) const { return static_cast<int64_t>(shapes_.at(i).size()); }

@@ -13,6 +13,7 @@
 #include <ms_ext/detail/boundary.h>
 #include <ms_ext/detail/placement.h>
 #include <ms_ext/detail/raw_args.h>
+#include <ms_ext/detail/shape_arrays.h>
 #include <ms_ext/infer.h>
 #include <ms_ext/signature.h>
 #include <ms_ext/state.h>
@@ -26,6 +27,15 @@ namespace detail {
 template <int NumOutputs>
 using InferShapeResult = std::conditional_t<NumOutputs == 1, std::vector<int64_t>, std::vector<std::vector<int64_t>>>;
 
+// MindSpore reads the C++ shape inference's result as one shape or as several according to the primitive's
+// `multi_output` attribute (set from its reg_info), not according to the function it calls: a mismatch would make
+// it misread the returned vector. A kernel refuses to answer a primitive that expects the other form.
+inline void check_output_form(const Attrs &attrs, bool several) {
+  if (attrs.has("multi_output") && attrs.get<bool>("multi_output") != several)
+    throw std::invalid_argument(std::string("the primitive declares ") + (several ? "one output" : "several outputs") +
+                                " (its reg_info), but the kernel has " + (several ? "several" : "one"));
+}
+
 template <int NumOutputs>
 InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature &sig, int *ndims, int64_t **shapes,
                                                void *extra) {
@@ -34,7 +44,9 @@ InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature
     if (sig.shape_rule() == nullptr)
       throw std::logic_error("the kernel has no shape rule (Signature::shapes); give out_shape in Python instead");
     const Attrs attrs(extra);
-    std::vector<Shape> out = sig.shape_rule()(ShapeArgs(sig.num_inputs(), ndims, shapes, attrs));
+    check_output_form(attrs, NumOutputs > 1);
+    std::vector<Shape> out =
+        sig.shape_rule()(ShapeArgs(read_input_shapes(sig.num_inputs(), ndims, shapes), attrs));
     if (static_cast<int>(out.size()) != NumOutputs)
       throw std::logic_error("the shape rule returned " + std::to_string(out.size()) + " shapes for " +
                              std::to_string(NumOutputs) + " outputs");
@@ -92,7 +104,8 @@ int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **sha
     const Attrs attrs(extra);
     data->state.emplace(attrs);
     if (sig.num_scratch() > 0) {
-      const std::vector<int64_t> bytes = sig.scratch_rule()(ShapeArgs(sig.num_inputs(), ndims, shapes, attrs));
+      const std::vector<int64_t> bytes =
+          sig.scratch_rule()(ShapeArgs(read_input_shapes(sig.num_inputs(), ndims, shapes), attrs));
       bool known = static_cast<int>(bytes.size()) == sig.num_scratch();
       for (int64_t b : bytes) known = known && b >= 0;
       if (known) {  // a size depending on a dynamic dimension is allocated per call instead
@@ -104,6 +117,7 @@ int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **sha
     }
   } catch (...) {
     data->init_error = describe_current_exception();
+    if (data->init_error.empty()) data->init_error = "an exception with an empty message was thrown";
     data->state.reset();
     ms_ext_set_last_error((std::string(name) + ": " + data->init_error).c_str());
   }
@@ -127,7 +141,7 @@ int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Bod
     typename Placement::Scope scope(raw);
     const Attrs attrs(raw.extra);
     KernelData<State> *data = kernel_data<State>(raw.extra);
-    if (data != nullptr && !data->init_error.empty())
+    if (data != nullptr && (!data->init_error.empty() || !data->state))
       throw std::runtime_error("kernel initialisation failed: " + data->init_error);
     std::optional<State> local;
     if (data == nullptr) local.emplace(attrs);  // no Init ran (e.g. a harness call): parse per call

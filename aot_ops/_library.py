@@ -11,7 +11,6 @@ kernels, torch: `lib.op(...)` is the first point that needs MindSpore.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import sys
@@ -19,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ._build import builder, cache, cuda, toolchain
+from ._build import builder, cache, cuda, private, toolchain
 from ._build.lock import BuildLock
 from ._build.progress import progress
+from ._clib import check_white_list
 
 log = logging.getLogger("aot_ops.build")
 
@@ -85,8 +85,9 @@ class Library:
 
     def _check_symbol(self, symbol: str) -> None:
         # MindSpore only looks the symbol up at the first launch; a typo should fail here, where it was made.
-        handle = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        if not hasattr(handle, symbol):
+        from ._clib import open_library
+
+        if not hasattr(open_library(self.path), symbol):
             raise AttributeError(f"{self.path} has no entry point {symbol!r} (is it declared extern \"C\"?)")
 
 
@@ -151,6 +152,7 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
     folder = cache.name_dir(name)
     entry_dir = folder / key
     library = entry_dir / f"lib{name}.so"
+    check_white_list(library)  # MindSpore would refuse it: do not build it, and never load it
 
     found = _published(entry_dir, library)
     if found is not None:
@@ -164,26 +166,28 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
             return Library(name, found[0], key=key, rebuilt=False, reason=found[1])
         for path, text in texts.items():
             _write_if_changed(path, text)
-        reasons = cache.rebuild_reasons(cache.read_json(folder / "last_build.json"), description)
+        reasons = cache.rebuild_reasons(cache.read_own_json(folder / "last_build.json"), description)
         log.info("building %s: %s", name, "; ".join(reasons))
         if verbose:
             print(f"aot_ops: building {name}: {'; '.join(reasons)}", file=sys.stderr)
         spec = builder.LibrarySpec(name=name, sources=sources, use_torch=with_torch, extra_cflags=extra_cflags,
                                    extra_ldflags=extra_ldflags, extra_include_paths=include_paths)
         start = time.monotonic()
+        build_dir = private.private_dir(folder / "build")
+        private.private_dir(entry_dir)
         with progress(f"lib{name}"):
             if not_linkable:
-                builder.build_objects(spec, folder / "build", verbose=verbose)
+                builder.build_objects(spec, build_dir, verbose=verbose)
             else:
-                builder.build_library(spec, folder / "build", library, verbose=verbose)
+                builder.build_library(spec, build_dir, library, verbose=verbose)
         log.info("built %s in %.1fs", name, time.monotonic() - start)
         if not_linkable:
             log.warning("%s: CUDA sources compiled, not linked: %s", name, not_linkable)
-        entry_dir.mkdir(parents=True, exist_ok=True)
         cache.write_json_atomically(entry_dir / "entry.json", {
             "name": name, "library": library.name, "built_at": time.time(), "loadable": not not_linkable,
             "reason": not_linkable, "sources": [str(s) for s in sources],
             "compiler": toolchain.compiler_version(toolchain.cxx()),
+            "sha256": None if not_linkable else private.file_sha256(library),  # checked before every load
         })
         cache.write_json_atomically(folder / "last_build.json", description)
     return Library(name, None if not_linkable else library, key=key, rebuilt=True, reason=not_linkable)
@@ -191,22 +195,26 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
 
 def _published(entry_dir: Path, library: Path) -> tuple[Path | None, ...] | None:
     """(path, reason) of a finished cache entry, or None. entry.json is written after the library is in place,
-    so its presence means the build completed."""
-    info = cache.read_json(entry_dir / "entry.json")
+    so its presence means the build completed. The entry must be this user's, and the library still what was
+    built (private.py): a library planted or swapped in the cache is refused, never loaded."""
+    if not os.path.lexists(entry_dir):
+        return None
+    private.private_dir(entry_dir)
+    info = cache.read_own_json(entry_dir / "entry.json")
     if info is None:
         return None
     if not info.get("loadable", True):
         return None, info.get("reason")
-    return (library, None) if library.is_file() else None
+    if not os.path.lexists(library):
+        return None
+    return private.check_published(library, info.get("sha256")), None
 
 
 def _write_if_changed(path: Path, text: str) -> None:
     # Rewriting identical text would bump the mtime and make ninja recompile for nothing.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file() or path.read_text() != text:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    private.private_dir(path.parent)
+    if not os.path.lexists(path) or private.check_file(path).read_text() != text:
+        cache.write_text_atomically(path, text)
 
 
 def cache_dir() -> Path:

@@ -131,10 +131,11 @@ class AotOp(ops.Custom):
         # PyNative: check the call before MindSpore selects a kernel (a wrong argument count otherwise surfaces as
         # "KernelObjectTypeNotSupported", or worse).
         if self.num_inputs is not None:
-            if not self.min_inputs <= len(args) <= self.num_inputs:
+            count = sum(len(a) if isinstance(a, (tuple, list)) else 1 for a in args)  # the kernel's view
+            if not self.min_inputs <= count <= self.num_inputs:
                 raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
-                                f"{len(args)}")
-            args = args + (None,) * (self.num_inputs - len(args))
+                                f"{count}")
+            args = args + (None,) * (self.num_inputs - count)
         return super().__call__(*args)
 
     def name_for_errors(self) -> str:
@@ -152,9 +153,11 @@ class AotOp(ops.Custom):
 
     def __infer__(self, *args):
         # GRAPH_MODE reaches here without __call__: the same argument count check, before anything reads inputs.
-        if self.num_inputs is not None and len(args) != self.num_inputs:
-            raise TypeError(f"{self.name_for_errors()}: {_expected(self.num_inputs, self.num_inputs)}, got "
-                            f"{len(args)}")
+        if self.num_inputs is not None:
+            count = len(_flatten_tuple_arguments(args)[0])  # a tuple of tensors reaches the kernel expanded
+            if count != self.num_inputs:
+                raise TypeError(f"{self.name_for_errors()}: {_expected(self.num_inputs, self.num_inputs)}, got "
+                                f"{count}")
         if isinstance(self.infer, CppInference):
             return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _cpp_dtypes
         shapes, ms_dtypes = _flatten_tuple_arguments(args)

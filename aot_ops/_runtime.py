@@ -2,25 +2,14 @@
 number of live per-kernel states."""
 from __future__ import annotations
 
-import ctypes
-import functools
 from pathlib import Path
 
+from ._clib import open_library
 
-@functools.lru_cache(maxsize=None)
-def _handle(library: str) -> ctypes.CDLL:
-    # dlopen of a path MindSpore already loaded returns the same object, so this reads MindSpore's copy.
-    lib = ctypes.CDLL(library)
-    for fn in (lib.ms_ext_last_error, lib.ms_ext_last_error_any_thread):
-        fn.restype = ctypes.c_char_p
-        fn.argtypes = []
-    lib.ms_ext_live_kernel_states.restype = ctypes.c_int64
-    if hasattr(lib, "aot_ops_aten_launches"):
-        lib.aot_ops_aten_launches.restype = ctypes.c_int64
-        lib.aot_ops_aten_launches.argtypes = [ctypes.c_int]
-        lib.aot_ops_aten_refusal.restype = ctypes.c_char_p
-        lib.aot_ops_aten_refusal.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    return lib
+
+def _handle(library: str):
+    # the same copy MindSpore loaded (dlopen returns it for the same path)
+    return open_library(library)
 
 
 def last_error(library: str | Path, any_thread: bool = True) -> str:

@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from ._clib import last_error, open_library
+
 # Same order as kMsDtypeOrder in ms_ext/detail/dtype.h: a dtype's index is its code in ms_ext_output_types_<NAME>.
 _MS_NAMES = {
     "float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
@@ -70,23 +72,15 @@ class KernelSignature:
         codes_in = (ctypes.c_int * max(len(dtypes), 1))(*[_CODES[d] for d in dtypes])
         codes_out = (ctypes.c_int * self.outputs)()
         if rule(len(dtypes), codes_in, codes_out, self.outputs) != 0:
-            raise TypeError(self._library.ms_ext_last_error().decode("utf-8", errors="replace"))
+            raise TypeError(last_error(self._library))
         result = self._output_dtypes[key] = [_BY_CODE[c] for c in codes_out]
         return result
 
 
 @functools.lru_cache(maxsize=None)
-def _open(library: str) -> ctypes.CDLL:
-    # dlopen of a path MindSpore loads too returns the same object (one copy of the library in the process).
-    lib = ctypes.CDLL(library)
-    lib.ms_ext_last_error.restype = ctypes.c_char_p
-    return lib
-
-
-@functools.lru_cache(maxsize=None)
 def read_signature(library: str, symbol: str) -> KernelSignature | None:
     """The signature of `symbol`, or None when the entry point was not written with MS_EXT_KERNEL."""
-    lib = _open(str(Path(library).resolve()))
+    lib = open_library(library)
     describe = getattr(lib, f"ms_ext_signature_{symbol}", None)
     if describe is None:
         return None

@@ -12,10 +12,9 @@ took, and how its CPU emulator schedules cores.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 from pathlib import Path
 
+from ._clib import last_error, open_library
 from ._paths import library_path as _bundled_library
 
 LIBRARY = "libaot_ops_ascendc.so"
@@ -29,17 +28,8 @@ def library_path() -> Path:
     return _bundled_library(LIBRARY)
 
 
-@functools.lru_cache(maxsize=None)
-def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_LOCAL)
-    lib.ascendc_path_count.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    lib.ascendc_path_count.restype = ctypes.c_int64
-    lib.ascendc_emulator_configure.argtypes = [ctypes.c_char_p, ctypes.c_int64]
-    lib.ascendc_emulator_configure.restype = ctypes.c_int
-    lib.ascendc_emulator_order.restype = ctypes.c_char_p
-    lib.ascendc_emulator_ub_bytes.restype = ctypes.c_int64
-    lib.ms_ext_last_error.restype = ctypes.c_char_p
-    return lib
+def _lib():
+    return open_library(library_path())
 
 
 def path_count(op: str, path: str) -> int:
@@ -56,7 +46,7 @@ def reset_path_counts() -> None:
 def configure_emulator(order: str = "in_order", ub_bytes: int = UB_910B) -> None:
     """Core order ("in_order", "reversed", "threads") and per-core UB size of every later launch in this process."""
     if _lib().ascendc_emulator_configure(order.encode(), int(ub_bytes)) != 0:
-        raise ValueError(_lib().ms_ext_last_error().decode())
+        raise ValueError(last_error(_lib()))
 
 
 def emulator_settings() -> tuple[str, int]:

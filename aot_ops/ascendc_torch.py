@@ -17,21 +17,18 @@ Each operator has a fake (meta) implementation for torch.compile and an autograd
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import torch
 
+from ._clib import last_error, open_library
 from .ascendc_runtime import library_path
 from .harness import ms_dtype_name
 
 NAMESPACE = "ascendc"
 
 
-@functools.lru_cache(maxsize=None)
-def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_LOCAL)
-    lib.ms_ext_last_error.restype = ctypes.c_char_p
-    return lib
+def _lib():
+    return open_library(library_path())
 
 
 def _call(function: str, tensors: list[torch.Tensor], *scalars) -> None:
@@ -42,7 +39,7 @@ def _call(function: str, tensors: list[torch.Tensor], *scalars) -> None:
         *[ctypes.c_void_p(t.data_ptr()) for t in tensors], dims, ctypes.c_int(len(shape)),
         ms_dtype_name(tensors[0].dtype).encode(), *scalars)
     if status != 0:
-        raise RuntimeError(_lib().ms_ext_last_error().decode("utf-8", errors="replace"))
+        raise RuntimeError(last_error(_lib()))
 
 
 _ENTRY = {"add_custom": "ascendc_torch_add_custom", "leaky_relu_custom": "ascendc_torch_leaky_relu_custom",

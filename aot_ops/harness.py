@@ -11,13 +11,13 @@ MindSpore's strings. Useful for testing kernels in isolation, on CUDA streams, o
 from __future__ import annotations
 
 import ctypes
-import functools
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from . import _signature
+from ._clib import last_error, open_library
 
 class AotCallError(RuntimeError):
     """The entry point failed; the message is the text it recorded (what MindSpore would show)."""
@@ -29,11 +29,8 @@ def ms_dtype_name(dtype: torch.dtype) -> str:
     return _signature.ms_name(dtype)
 
 
-@functools.lru_cache(maxsize=None)
 def _load(library: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(library, mode=ctypes.RTLD_LOCAL)
-    lib.ms_ext_last_error.restype = ctypes.c_char_p
-    return lib
+    return open_library(library)
 
 
 def _shim_library(target: ctypes.CDLL) -> ctypes.CDLL:
@@ -81,11 +78,9 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
     for j, w in enumerate(workspaces):
         params[n + j] = w.data_ptr()
     shim = _shim_library(lib)
-    shim.ms_ext_guarded_call.restype = ctypes.c_int
     fn_ptr = ctypes.cast(function, ctypes.c_void_p)
     status = shim.ms_ext_guarded_call(
         fn_ptr, ctypes.c_int(len(params) if nparam is None else nparam), params, ndims, shapes, dtype_strs,
         ctypes.c_void_p(stream), ctypes.c_void_p(extra))
     if status != 0:
-        shim.ms_ext_last_error.restype = ctypes.c_char_p
-        raise AotCallError(shim.ms_ext_last_error().decode("utf-8", errors="replace"))
+        raise AotCallError(last_error(shim))

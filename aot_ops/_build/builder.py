@@ -75,7 +75,7 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers.
 
     `objects` is a target of its own: CUDA sources can be compiled on a machine that cannot link them."""
-    from ninja.ninja_syntax import Writer  # the `ninja` PyPI package
+    from ninja.ninja_syntax import Writer, escape  # the `ninja` PyPI package
 
     runtime = toolchain.ms_ext_runtime_sources()
     units = [(src, "cxx", toolchain.abi0_cflags()) for src in runtime["abi0"]]
@@ -85,11 +85,11 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     path = build_dir / "build.ninja"
     with open(path, "w") as fh:
         w = Writer(fh, width=120)
-        w.variable("cxx", shlex.quote(toolchain.cxx()))
+        w.variable("cxx", escape(shlex.quote(toolchain.cxx())))
         w.rule("cxx", "$cxx -MMD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
                description="compile $in")
         if any(rule == "cc" for _, rule, _ in units):
-            w.variable("cc", shlex.quote(toolchain.cc()))
+            w.variable("cc", escape(shlex.quote(toolchain.cc())))
             w.rule("cc", "$cc -MMD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
                    description="compile $in")
         if spec.has_cuda:
@@ -97,22 +97,36 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
             if nvcc is None:
                 raise cuda.CudaSetupError("nvcc not found: CUDA sources need the CUDA toolkit (set CUDA_HOME or put "
                                           "nvcc on PATH)")
-            w.variable("nvcc", shlex.quote(nvcc))
+            w.variable("nvcc", escape(shlex.quote(nvcc)))
             w.rule("nvcc", "$nvcc -MD -MF $out.d $cflags -c $in -o $out", depfile="$out.d", deps="gcc",
                    description="compile $in")
         w.rule("link", "$cxx $in -o $out $ldflags", description="link $out")
         objects = []
         for i, (source, rule, flags) in enumerate(units):
             obj = _object_name(i, source)
-            w.build(obj, rule, str(source), variables={"cflags": " ".join(shlex.quote(f) for f in flags)})
+            _build(fh, [obj], rule, [str(source)], {"cflags": " ".join(shlex.quote(f) for f in flags)})
             objects.append(obj)
-        w.build("objects", "phony", objects)
+        _build(fh, ["objects"], "phony", objects, {})
         ldflags = toolchain.link_flags(spec.use_torch) + list(spec.extra_ldflags)
         if spec.has_cuda:
             ldflags += cuda.link_flags(spec.use_torch)
-        w.build(library.name, "link", objects, variables={"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
-        w.default(library.name)
+        _build(fh, [library.name], "link", objects, {"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
+        w.default(_ninja_path(library.name))
     return path
+
+
+def _ninja_path(path: str) -> str:
+    """A path as ninja reads it in a build statement: '$', ' ' and ':' escaped (ninja_syntax leaves '$' alone, so
+    a source folder named 'a$b' would break the build)."""
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _build(fh, outputs: Sequence[str], rule: str, inputs: Sequence[str], variables: dict[str, str]) -> None:
+    from ninja.ninja_syntax import escape
+
+    fh.write(f"build {' '.join(map(_ninja_path, outputs))}: {rule} {' '.join(map(_ninja_path, inputs))}\n")
+    for key, value in variables.items():
+        fh.write(f"  {key} = {escape(value)}\n")
 
 
 def first_diagnostics(output: str, limit: int = _SHOWN_ERRORS) -> str:

@@ -30,7 +30,8 @@ class BuildLock:
 
     def __enter__(self) -> "BuildLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a link planted at the lock's name must not make us open (and truncate) another file.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         start = time.monotonic()
         noticed = False
         while True:

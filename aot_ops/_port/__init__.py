@@ -121,19 +121,16 @@ def _class_name(module_name: str) -> str:
 def _load_class(class_name: str, source: str) -> tuple[type, Path]:
     """The generated class, from a file in the build cache named by the source's hash (GRAPH_MODE parses the
     source of construct, and needs its module importable by name)."""
-    from .._build import cache
+    from .._build import cache, private
 
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     module_name = f"aot_ops_ported_{class_name}_{digest}"
-    folder = cache.cache_root() / "ported"
+    folder = private.private_dir(cache.private_root() / "ported")  # the file is imported: only this user's
     path = folder / f"{class_name}_{digest}.py"
     module = sys.modules.get(module_name)
     if module is None:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.read_text() != source:
-            tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-            tmp.write_text(source)
-            os.replace(tmp, path)
+        if not os.path.lexists(path) or private.check_file(path).read_text() != source:
+            cache.write_text_atomically(path, source)
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module

@@ -486,7 +486,7 @@ int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
   g_launches[0].fetch_add(1, std::memory_order_relaxed);
   return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const int n_in = plan.forward_inputs(raw.nparam);
-    const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in).outputs(raw.nparam - n_in);
+    const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in).outputs(raw.nparam - n_in).split_from_attributes();
     ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device, /*none_inputs=*/true);
     const CallLayout layout = plan.layout(n_in);
     torch::jit::Stack s =
@@ -531,7 +531,7 @@ int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
   g_launches[1].fetch_add(1, std::memory_order_relaxed);
   return run(entry, raw, [&](const AtenPlan &plan, const ms_ext::Attrs &attrs, at::Device device) {
     const int n_in = plan.backward_inputs(raw.nparam), n_cotangents = raw.nparam - 2 * n_in;
-    const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in);
+    const ms_ext::Signature sig = ms_ext::Signature().inputs(n_in + n_cotangents).outputs(n_in).split_from_attributes();
     ms_ext::Call call(plan.name.c_str(), sig, raw, attrs, 0, device, /*none_inputs=*/true);
     const CallLayout layout = plan.layout(n_in);
     std::vector<ms_ext::Shape> shapes = input_shapes(call);

@@ -35,6 +35,9 @@ class Signature {
   // `count` scratch buffers whose byte sizes `rule` gives. ms_ext asks MindSpore for them when the kernel is
   // initialised; when their size depends on a dimension unknown at that time, it allocates them per call instead.
   constexpr Signature &scratch(int count, ScratchRule rule) { scratch_count_ = count; scratch_ = rule; return *this; }
+  // The entry computed inputs()/outputs() from its own attributes (say, an operator's declared number of outputs),
+  // so it knows where the inputs end without the `ms_ext_io` attribute Call otherwise relies on.
+  constexpr Signature &split_from_attributes() { split_from_attributes_ = true; return *this; }
 
   constexpr int num_inputs() const { return inputs_; }
   constexpr int num_outputs() const { return outputs_; }
@@ -43,6 +46,7 @@ class Signature {
   constexpr TypeRule type_rule() const { return types_; }
   constexpr int num_scratch() const { return scratch_count_; }
   constexpr ScratchRule scratch_rule() const { return scratch_; }
+  constexpr bool split_known() const { return split_from_attributes_; }
 
   // Fails with the message users see (from Python or C++) when an input dtype is not supported.
   void check_input_dtypes(const std::vector<at::ScalarType> &dtypes) const {
@@ -71,6 +75,7 @@ class Signature {
   TypeRule types_ = nullptr;
   int scratch_count_ = 0;
   ScratchRule scratch_ = nullptr;
+  bool split_from_attributes_ = false;
 };
 
 }  // namespace ms_ext

@@ -5,10 +5,12 @@
     cache clean [NAME]       delete them (all, or one name)
     doctor                   check Python, MindSpore, torch, numpy, compilers, CUDA, CANN and the cache
     conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
+    fuzz --cases N           generated hostile calls in both modes; counts deaths, wrong results and hangs
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -60,7 +62,6 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    import json
 
     from ._build import doctor
 
@@ -73,6 +74,22 @@ def _doctor(args: argparse.Namespace) -> int:
     if blocking and not args.json:
         print(f"\n{len(blocking)} problem(s) block using aot_ops: " + ", ".join(f.check for f in blocking))
     return 1 if blocking else 0
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    from . import _fuzz
+
+    def progress(done, total):
+        if done % 100 == 0 or done == total:
+            print(f"{done}/{total}", file=sys.stderr, flush=True)
+
+    report = _fuzz.run(args.cases, seed=args.seed, jobs=args.jobs, timeout=args.timeout, start=args.start,
+                       progress=progress)
+    print(report.summary())
+    if args.json:
+        Path(args.json).write_text(json.dumps({"seed": report.seed, "seconds": report.seconds,
+                                               "results": report.results}, indent=1))
+    return 1 if report.failures else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     doctor = sub.add_parser("doctor", help="check the environment (exit status 1 when something blocks use)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(run=_doctor)
+
+    fuzz = sub.add_parser("fuzz", help="generated hostile calls, each judged against torch (exit 1 on a death, "
+                                       "a wrong result or a hang)")
+    fuzz.add_argument("--cases", type=int, default=500, help="how many cases (default 500)")
+    fuzz.add_argument("--seed", type=int, default=0, help="the case sequence (default 0)")
+    fuzz.add_argument("--start", type=int, default=0, help="first case index (to re-run one case)")
+    fuzz.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    fuzz.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    fuzz.add_argument("--json", help="write every case and outcome to this file")
+    fuzz.set_defaults(run=_fuzz)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,

@@ -6,6 +6,7 @@ kernels, user libraries, ATen operators) is an AotOp.
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -25,6 +26,13 @@ from ._signature import read_signature
 IDENTITY_ATTR = "aot_ops_identity"
 IO_ATTR = "ms_ext_io"
 _fresh_ids = itertools.count()
+
+# MindSpore is not safe to enter from several Python threads at once: concurrent PyNative launches of one Custom
+# primitive were measured to return another thread's values and, now and then, to abort the process; a GRAPH_MODE
+# Cell called from threads crashed (with built-in operators too). Every PyNative call of an AotOp, and every call
+# of a ported Cell in either mode, holds this lock, so calls from threads are serialised and each returns its own
+# result. Reentrant: a ported Cell's operators take it again in the same thread.
+CALL_LOCK = threading.RLock()
 
 
 def fresh_identity(prefix: str) -> str:
@@ -136,7 +144,8 @@ class AotOp(ops.Custom):
                 raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
                                 f"{count}")
             args = args + (None,) * (self.num_inputs - count)
-        return super().__call__(*args)
+        with CALL_LOCK:
+            return super().__call__(*args)
 
     def name_for_errors(self) -> str:
         return getattr(self.infer, "name", None) or self.symbol
@@ -147,7 +156,10 @@ class AotOp(ops.Custom):
         answer = self._dtype_answers.get(key)
         if answer is None:
             dtypes = [None if d is None else _dtypes.to_torch(d) for d in _flatten_dtypes(ms_dtypes)]
-            out = _tensor_types(self.infer.dtypes(dtypes))
+            try:
+                out = _tensor_types(self.infer.dtypes(dtypes))
+            except TypeError as exc:
+                raise TypeError(f"{self.name_for_errors()}: {exc}") from None
             answer = self._dtype_answers[key] = out[0] if len(out) == 1 else tuple(out)
         return answer
 
@@ -165,7 +177,10 @@ class AotOp(ops.Custom):
         if self.signature is not None:
             self.signature.check(dtypes)
         out_shapes, out_dtypes = self.infer(shapes, dtypes)
-        ms_dtypes = _tensor_types(out_dtypes)
+        try:
+            ms_dtypes = _tensor_types(out_dtypes)
+        except TypeError as exc:  # e.g. a complex32 result
+            raise TypeError(f"{self.name_for_errors()}: {exc}") from None
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}

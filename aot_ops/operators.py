@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+import numpy as np
+
 from mindspore import nn
 
 from ._paths import library_path
@@ -30,19 +32,45 @@ def _kernel(symbol: str, attrs: dict | None = None, bprop=None) -> AotOp:
     return AotOp(library, symbol, attrs=attrs, bprop=bprop, identity=stable_identity(library, symbol, attrs))
 
 
-def _dims(dim: int | Sequence[int] | None) -> tuple[int, ...]:
-    """torch's `dim` argument (None, an int or a sequence) as the int list the kernels read."""
-    if dim is None:
+# Keyword arguments are checked here, before they become attributes, so a wrong one is an error that names the
+# operator and the argument (not a pybind11 cast failure or "unhashable type" from the operator cache).
+def _int(op: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"aot_ops.{op}: {name} must be an int, got {value!r}")
+    if not -2**63 <= int(value) < 2**63:
+        raise ValueError(f"aot_ops.{op}: {name}={value} does not fit in int64")
+    return int(value)
+
+
+def _float(op: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"aot_ops.{op}: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _bool(op: str, name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"aot_ops.{op}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _dims(op: str, name: str, value: int | Sequence[int] | None) -> tuple[int, ...]:
+    """torch's `dim` argument (None, an int or a sequence of ints) as the int list the kernels read."""
+    if value is None:
         return ()
-    if isinstance(dim, int):
-        return (dim,)
-    return tuple(int(d) for d in dim)
+    if isinstance(value, (list, tuple)):
+        return tuple(_int(op, name, d) for d in value)
+    return (_int(op, name, value),)
+
+
+def leaky_relu(negative_slope: float = 0.01) -> AotOp:
+    """y = leaky_relu(x, negative_slope); float16, bfloat16, float32, float64."""
+    return _leaky_relu(_float("leaky_relu", "negative_slope", negative_slope))
 
 
 @functools.lru_cache(maxsize=None)
-def leaky_relu(negative_slope: float = 0.01) -> AotOp:
-    """y = leaky_relu(x, negative_slope); float16, bfloat16, float32, float64."""
-    attrs = {"negative_slope": float(negative_slope)}
+def _leaky_relu(negative_slope: float) -> AotOp:
+    attrs = {"negative_slope": negative_slope}
     grad = _kernel("LeakyReluGrad", attrs)
 
     def bprop(x, out, dout):
@@ -73,7 +101,7 @@ def mul() -> AotOp:
 
 
 def _reduction(symbol: str, dim, keepdim: bool) -> AotOp:
-    attrs = {"dim": list(_dims(dim)), "keepdim": bool(keepdim)}
+    attrs = {"dim": list(dim), "keepdim": keepdim}
     grad = _kernel(f"{symbol}Grad", attrs)
 
     def bprop(x, out, dout):
@@ -84,12 +112,12 @@ def _reduction(symbol: str, dim, keepdim: bool) -> AotOp:
 
 def sum(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
     """out = x.sum(dim, keepdim); all dimensions when `dim` is None. Integer and bool inputs give int64."""
-    return _cached_reduction("SumDims", _dims(dim), bool(keepdim))
+    return _cached_reduction("SumDims", _dims("sum", "dim", dim), _bool("sum", "keepdim", keepdim))
 
 
 def mean(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp:
     """out = x.mean(dim, keepdim); all dimensions when `dim` is None. Floating and complex dtypes."""
-    return _cached_reduction("MeanDims", _dims(dim), bool(keepdim))
+    return _cached_reduction("MeanDims", _dims("mean", "dim", dim), _bool("mean", "keepdim", keepdim))
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,10 +136,14 @@ def matmul() -> AotOp:
     return _kernel("Matmul", None, bprop)
 
 
-@functools.lru_cache(maxsize=None)
 def softmax(dim: int = -1) -> AotOp:
     """y = softmax(x, dim); floating dtypes."""
-    attrs = {"dim": int(dim)}
+    return _softmax(_int("softmax", "dim", dim))
+
+
+@functools.lru_cache(maxsize=None)
+def _softmax(dim: int) -> AotOp:
+    attrs = {"dim": dim}
     grad = _kernel("SoftmaxGrad", attrs)
 
     def bprop(x, out, dout):
@@ -120,10 +152,14 @@ def softmax(dim: int = -1) -> AotOp:
     return _kernel("Softmax", attrs, bprop)
 
 
-@functools.lru_cache(maxsize=None)
 def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
     """(values, indices) = torch.max(x, dim, keepdim); indices are int64."""
-    attrs = {"dim": int(dim), "keepdim": bool(keepdim)}
+    return _max(_int("max", "dim", dim), _bool("max", "keepdim", keepdim))
+
+
+@functools.lru_cache(maxsize=None)
+def _max(dim: int, keepdim: bool) -> AotOp:
+    attrs = {"dim": dim, "keepdim": keepdim}
     grad = _kernel("MaxDimGrad", attrs)
 
     def bprop(x, out, dout):
@@ -132,14 +168,20 @@ def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's 
     return _kernel("MaxDim", attrs, bprop)
 
 
-@functools.lru_cache(maxsize=None)
 def gelu(approximate: str = "none") -> AotOp:
     """y = gelu(x, approximate) with approximate "none" (exact, erf) or "tanh"; floating dtypes.
 
     The value is checked by the kernel when MindSpore initialises it: an invalid one fails the first call with
     the kernel's explanation.
     """
-    attrs = {"approximate": str(approximate)}
+    if not isinstance(approximate, str):
+        raise TypeError(f"aot_ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _gelu(approximate)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu(approximate: str) -> AotOp:
+    attrs = {"approximate": approximate}
     grad = _kernel("GeluGrad", attrs)
 
     def bprop(x, out, dout):
@@ -170,7 +212,8 @@ class LayerNorm(nn.Cell):
 
 def layer_norm(normalized_shape: int | Sequence[int], eps: float = 1e-5) -> LayerNorm:
     """layer_norm over the trailing `normalized_shape` dimensions; floating dtypes. Call as op(x, weight, bias)."""
-    return _cached_layer_norm(_dims(normalized_shape), float(eps))
+    return _cached_layer_norm(_dims("layer_norm", "normalized_shape", normalized_shape),
+                              _float("layer_norm", "eps", eps))
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,7 +223,9 @@ def _cached_layer_norm(normalized_shape: tuple[int, ...], eps: float) -> LayerNo
 
 def permute(dims: Sequence[int]) -> AotOp:
     """y = x.permute(dims), contiguous; every dtype. The gradient is the inverse permutation."""
-    return _permute(_dims(dims))
+    if dims is None:
+        raise TypeError("aot_ops.permute: dims must be a sequence of ints, got None")
+    return _permute(_dims("permute", "dims", dims))
 
 
 _permutes: dict[tuple[int, ...], AotOp] = {}

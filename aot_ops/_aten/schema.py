@@ -188,15 +188,18 @@ def _split_name(name: str) -> tuple[str, str | None]:
     return match.group(1), match.group(2)
 
 
-def packet_for(name: str) -> torch._ops.OpOverloadPacket:
-    """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu (AttributeError with a clear text)."""
+def packet_for(name: str, given: str | None = None) -> torch._ops.OpOverloadPacket:
+    """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu (AttributeError with a clear text, quoting
+    `given`: the name as the user wrote it)."""
     short, _ = _split_name(name)
+    given = name if given is None else given
     try:
         packet = getattr(torch.ops.aten, short)
     except (AttributeError, RuntimeError):
         packet = None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
-        raise AttributeError(f"unknown ATen operator 'aten::{short}'")
+        origin = "" if given in (short, f"aten::{short}") else f" (read from {given!r})"
+        raise AttributeError(f"unknown ATen operator 'aten::{short}'{origin}")
     return packet
 
 
@@ -205,7 +208,7 @@ def overload_for(name: str) -> torch._ops.OpOverload | None:
     op_name, overload_name = _split_name(name)
     if overload_name is None:
         return None
-    packet = packet_for(op_name)
+    packet = packet_for(op_name, given=name)
     overload = getattr(packet, overload_name, None) if overload_name in packet.overloads() else None
     if not isinstance(overload, torch._ops.OpOverload):
         raise AttributeError(f"aten::{op_name} has no overload '{overload_name}'; its overloads are:\n"

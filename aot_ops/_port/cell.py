@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_unflatten
 
 from .. import _dtypes
 from .._convert import to_ms, to_torch
+from .._primitive import CALL_LOCK
 from .codegen import expected_input
 from .errors import PortError
 
@@ -122,10 +123,11 @@ class PortedCell(nn.Cell):
 
     def __call__(self, *args, **kwargs):
         self._check_inputs(args)
-        if self.__dict__.get("_flat_twin") is not None and ms.get_context("mode") == ms.GRAPH_MODE:
-            leaves = self._flat_twin(*args, **kwargs)
-            return tree_unflatten(list(leaves), self._spec.out_spec)
-        return super().__call__(*args, **kwargs)
+        with CALL_LOCK:  # one thread at a time (see _primitive.CALL_LOCK)
+            if self.__dict__.get("_flat_twin") is not None and ms.get_context("mode") == ms.GRAPH_MODE:
+                leaves = self._flat_twin(*args, **kwargs)
+                return tree_unflatten(list(leaves), self._spec.out_spec)
+            return super().__call__(*args, **kwargs)
 
     def _check_inputs(self, args) -> None:
         """The inputs' shapes and dtypes against those the module was ported for (construct checks again, for calls

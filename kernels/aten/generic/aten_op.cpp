@@ -210,10 +210,28 @@ struct AtenPlan {
     if ((num_inputs < 0) != (list_start >= 0) || (num_inputs < 0 && num_outputs < 0))
       throw std::invalid_argument("aten_num_inputs is -1 exactly when a tensor list is given at call time, "
                                   "and aten_num_outputs must then be set");
+    if (num_inputs >= 0) check_every_input_used();
     if (attrs.has("aten_out_shapes")) {
       if (num_outputs < 0) throw std::invalid_argument("aten_out_shapes needs aten_num_outputs");
       out_shapes.emplace(attrs.get<std::string>("aten_out_shapes"), num_outputs);
     }
+  }
+
+  // Each input MindSpore passes is an argument of the operator, once or more: an input no argument takes is a
+  // call that does not mean what its caller thinks (the result would silently ignore a tensor).
+  void check_every_input_used() const {
+    std::vector<bool> used(num_inputs, false);
+    for (const Arg &arg : args)
+      for (int64_t input : arg.inputs) {
+        if (input >= num_inputs)
+          throw std::invalid_argument("an argument takes input " + std::to_string(input) + ", but aten_num_inputs is " +
+                                      std::to_string(num_inputs));
+        if (input >= 0) used[input] = true;
+      }
+    for (int i = 0; i < num_inputs; ++i)
+      if (!used[i])
+        throw std::invalid_argument("input " + std::to_string(i) + " is not an argument of the operator (" +
+                                    std::to_string(num_inputs) + " inputs given)");
   }
 
   static Arg decode(const ms_ext::Attrs &attrs, size_t i, ArgKind kind) {

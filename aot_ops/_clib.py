@@ -37,13 +37,19 @@ _PROTOTYPES = {
 }
 
 
-def check_white_list(library: str | os.PathLike) -> None:
-    """Refuses a library outside MS_CUSTOM_AOT_WHITE_LIST, as MindSpore's Custom does (real paths compared)."""
+def inside_white_list(path: str | os.PathLike) -> bool:
+    """Whether MindSpore's MS_CUSTOM_AOT_WHITE_LIST (when set) allows `path` (real paths compared)."""
     allowed = os.environ.get(WHITE_LIST_ENV)
     if allowed is None:
-        return
-    path, folder = os.path.realpath(library), os.path.realpath(allowed)
-    if os.path.commonpath([path, folder]) != folder:
+        return True
+    path, folder = os.path.realpath(path), os.path.realpath(allowed)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def check_white_list(library: str | os.PathLike) -> None:
+    """Refuses a library outside MS_CUSTOM_AOT_WHITE_LIST, as MindSpore's Custom does."""
+    if not inside_white_list(library):
+        path, folder = os.path.realpath(library), os.path.realpath(os.environ[WHITE_LIST_ENV])
         raise PermissionError(f"{path} is outside {WHITE_LIST_ENV}={folder}: MindSpore refuses to load it, and aot_ops "
                               f"does not load it either; put the library under {folder} or widen the white list")
 

@@ -56,6 +56,18 @@ def test_cache_owned_by_another_user_is_refused(aot_cache):
         aot_ops.load_inline("theirs_twice", TWICE)
 
 
+@needs_root
+def test_cache_inside_another_users_open_folder_is_refused(tmp_path, monkeypatch):
+    """Whoever can write the folder holding the cache can swap the cache itself."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    os.chown(shared, OTHER_UID, OTHER_UID)
+    monkeypatch.setenv("AOT_OPS_CACHE", str(shared / "cache"))
+    with pytest.raises(UnsafeCacheError, match=rf"{shared} is writable by other users \(and not sticky\)"):
+        aot_ops.load_inline("shared_twice", TWICE)
+
+
 def test_planted_symlink_is_refused(aot_cache, tmp_path):
     elsewhere = tmp_path / "attacker"
     elsewhere.mkdir()

@@ -71,3 +71,29 @@ def test_cann_is_found_through_its_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))
     finding = doctor.check_cann()
     assert finding.status == doctor.OK and str(tmp_path) in finding.detail
+
+
+def test_cache_another_user_controls_blocks_use(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("making a folder owned by another user needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 4242, 4242)
+    monkeypatch.setenv("AOT_OPS_CACHE", str(theirs))
+    finding = doctor.check_cache()
+    assert (finding.status, finding.detail) == (doctor.FAIL, f"{theirs} belongs to another user (uid 4242)")
+
+
+def test_white_list_that_leaves_out_the_cache_is_reported(tmp_path, monkeypatch):
+    allowed = tmp_path / "allowed"
+    monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", str(allowed))
+    monkeypatch.setenv("AOT_OPS_CACHE", str(tmp_path / "cache"))
+    finding = doctor.check_white_list()
+    assert finding.status == doctor.WARN
+    assert f"the build cache ({tmp_path / 'cache'})" in finding.detail and "outside it" in finding.detail
+    monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", "/")  # everything inside
+    assert doctor.check_white_list().status == doctor.OK

@@ -151,3 +151,35 @@ def test_error_in_backward_names_backward_kernel(mode):
     x = sample((2, 2), torch.float32)
     (y,) = run_forward(aot_ops.leaky_relu(), [x])
     assert_same(y, torch.nn.functional.leaky_relu(x, 0.01))
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda: aot_ops.softmax(dim=[]), r"aot_ops.softmax: dim must be an int, got \[\]"),
+    (lambda: aot_ops.sum(dim=float("nan")), r"aot_ops.sum: dim must be an int, got nan"),
+    (lambda: aot_ops.max(dim=1, keepdim="yes"), r"aot_ops.max: keepdim must be True or False"),
+    (lambda: aot_ops.mean(dim=2**70), r"aot_ops.mean: dim=\d+ does not fit in int64"),
+    (lambda: aot_ops.permute([1, "a"]), r"aot_ops.permute: dims must be an int, got 'a'"),
+    (lambda: aot_ops.layer_norm(4, eps=None), r"aot_ops.layer_norm: eps must be a number, got None"),
+    (lambda: aot_ops.gelu(approximate=None), r"aot_ops.gelu: approximate must be 'none' or 'tanh'"),
+    (lambda: aot_ops.leaky_relu("0.2"), r"aot_ops.leaky_relu: negative_slope must be a number"),
+])
+def test_wrong_keyword_arguments_of_ready_operators_name_them(make, expected):
+    with pytest.raises((TypeError, ValueError), match=expected):
+        make()
+    assert_next_call_works()
+
+
+def test_unknown_aten_name_quotes_what_was_written():
+    from aot_ops import aten
+
+    with pytest.raises(AttributeError, match=r"unknown ATen operator 'aten::torch' \(read from 'torch.neg'\)"):
+        aten.op("torch.neg")
+
+
+def test_result_dtype_without_mindspore_equivalent_names_the_operator(mode):
+    from aot_ops import aten
+
+    half = np.zeros((2, 1), np.float16)
+    with pytest.raises(TypeError, match=r"aten::add.Tensor: torch dtype torch.complex32 has no MindSpore"):
+        call(aten.op("aten::add.Tensor"), half, np.array(1 + 1j, np.complex64))
+    assert_next_call_works()

@@ -150,7 +150,9 @@ def aten_custom(n_out=1, **attrs):
 
 @MODES
 @pytest.mark.parametrize("attrs,expected", [
-    ({"aten_num_inputs": 3}, "aten::neg: expected 3 input(s) and at least one output(s), but MindSpore passed 2"),
+    ({"aten_op": "aten::where.self", "aten_num_inputs": 3, "aten_kinds": [0, 0, 0], "aten_arg_1": 1, "aten_arg_2": 2},
+     "aten::where.self: expected 3 input(s) and at least one output(s), but MindSpore passed 2"),
+    ({"aten_num_inputs": 2}, "aten::neg: input 1 is not an argument of the operator (2 inputs given)"),
     ({"aten_op": "aten::neg_"}, "aten::neg_: cannot be bridged: it modifies its arguments"),
     ({"aten_op": "aten::fill_.Scalar", "aten_kinds": [0, 9], "aten_arg_1": 7},
      "aten::fill_.Scalar: cannot be bridged: it modifies its arguments"),
@@ -158,7 +160,7 @@ def aten_custom(n_out=1, **attrs):
     ({"aten_op": "prims::neg"}, "prims::neg: cannot be bridged: it is not an ATen operator"),
     ({"aten_op": "aten::from_file", "aten_kinds": [5, 1, 1, 1, 1, 1, 1], "aten_arg_0": "/etc/passwd"},
      "aten::from_file: cannot be bridged: it takes no tensor"),
-], ids=["more-inputs-than-given", "in-place", "fill_", "other-out-overload", "prims", "from_file"])
+], ids=["more-inputs-than-given", "unused-input", "in-place", "fill_", "other-out-overload", "prims", "from_file"])
 def test_hand_written_generic_entry_enforces_the_bridge_policy(attrs, expected, mode):
     result = run_case(ATEN + textwrap.dedent(f'''
         victim = t(2, 3, value=2.0)

@@ -140,6 +140,19 @@ def test_type_promotion_follows_torch(name, a_dtype, b_dtype, mode):
     check_forward(case, inputs)
 
 
+@pytest.mark.parametrize("a_dtype,b_dtype", [(torch.float16, torch.float64), (torch.bfloat16, torch.float32)],
+                         ids=str)
+@pytest.mark.parametrize("name", ["add", "mul"])
+def test_zero_dim_operand_of_a_wider_dtype_is_computed_in_the_result_dtype(name, a_dtype, b_dtype, mode):
+    """MindSpore infers dtypes without ranks, so half + 0-dim double is double; it must be computed in double,
+    not in half (ATen's own choice for a 0-dim operand) and then widened."""
+    a, b = sample((4, 4), a_dtype, 0), sample((), b_dtype, 1)
+    (actual,) = run_forward(CASES[name].make_op(), [a, b])
+    expected = CASES[name].torch_fn(a.to(b_dtype), b)
+    assert actual.dtype == b_dtype
+    torch.testing.assert_close(actual, expected, rtol=1e-6 if b_dtype == torch.float32 else 1e-12, atol=0)
+
+
 @pytest.mark.parametrize("shapes", [((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2))],
                          ids=str)
 def test_matmul_ranks_and_broadcast_batches(shapes, mode):

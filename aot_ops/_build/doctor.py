@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, cuda, toolchain
+from .. import _clib
+from . import cache, cuda, private, toolchain
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 
@@ -159,7 +160,26 @@ def check_cache() -> Finding:
     if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
         return Finding("build cache", FAIL, f"{root} ({source}) is not writable ({existing} does not allow it); "
                                             "set AOT_OPS_CACHE to a writable folder")
-    return Finding("build cache", OK, f"{root} ({source}, {len(cache.entries())} libraries)")
+    unsafe = private.why_unsafe(root)
+    if unsafe:
+        return Finding("build cache", FAIL, unsafe)
+    return Finding("build cache", OK, f"{root} ({source}, private, {len(cache.entries())} libraries)")
+
+
+def check_white_list() -> Finding:
+    folder = os.environ.get(_clib.WHITE_LIST_ENV)
+    if folder is None:
+        return Finding("aot white list", INFO, f"{_clib.WHITE_LIST_ENV} unset: MindSpore loads aot libraries from "
+                                               "anywhere")
+    outside = [f"{what} ({path})" for what, path in (("the build cache", cache.cache_root()),
+                                                     ("the bundled kernels", toolchain.PACKAGE_DIR / "lib"))
+               if not _clib.inside_white_list(path)]
+    if outside:
+        verb = "is" if len(outside) == 1 else "are"
+        return Finding("aot white list", WARN, f"{_clib.WHITE_LIST_ENV}={folder}: {' and '.join(outside)} {verb} "
+                                               "outside it; MindSpore and aot_ops refuse libraries there")
+    return Finding("aot white list", OK, f"{_clib.WHITE_LIST_ENV}={folder}: the cache and the bundled kernels are "
+                                         "inside it")
 
 
 def check_bundled_library() -> Finding:
@@ -172,7 +192,7 @@ def check_bundled_library() -> Finding:
 
 def diagnose() -> list[Finding]:
     findings = [check_python(), check_mindspore(), check_numpy(), *check_torch(), *check_compilers(),
-                *check_cuda(), check_cann(), check_cache(), check_bundled_library()]
+                *check_cuda(), check_cann(), check_cache(), check_white_list(), check_bundled_library()]
     return findings
 
 

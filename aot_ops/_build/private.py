@@ -67,6 +67,22 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def why_unsafe(root: Path) -> str | None:
+    """What aot_ops would refuse about the cache folder `root` (None: nothing), without changing anything."""
+    try:
+        check_ancestors(root)
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return None  # created private on first use
+    except UnsafeCacheError as exc:
+        return str(exc)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{root} is not a real folder"
+    if not _owner_ok(st):
+        return f"{root} belongs to another user (uid {st.st_uid})"
+    return None
+
+
 def check_file(path: Path) -> Path:
     """A regular file of this user's that nobody else can write (not a symbolic link)."""
     st = os.lstat(path)

@@ -16,6 +16,11 @@ std::vector<ms_ext::Shape> broadcast(const ms_ext::ShapeArgs &args) {
   return {ms_ext::broadcast_shapes(args.shape(0), args.shape(1))};
 }
 
+// The output dtype is torch.promote_types of both inputs whatever their ranks (MindSpore infers dtypes without
+// shapes). ATen would compute in its own common dtype, in which a 0-dim operand has lower priority (half + 0-dim
+// double is computed in half, then widened), so both operands are converted to the output dtype first.
+at::Tensor in_dtype_of(const at::Tensor &t, const at::Tensor &out) { return t.to(out.scalar_type()); }
+
 bool differentiable(const at::Tensor &t) { return at::isFloatingType(t.scalar_type()) || t.is_complex(); }
 
 // The gradient of an input that was broadcast is the incoming gradient summed back to the input's shape.
@@ -33,7 +38,8 @@ void write_input_grad(ms_ext::Call &call, int i, const at::Tensor &input, const 
 // out = a + b
 MS_EXT_KERNEL(Add, ms_ext::Signature().inputs(2).outputs(1).dtypes(kAddTypes).shapes(broadcast)
                        .types(ms_ext::promoted_type_of_inputs)) {
-  at::add_out(call.output(0), call.input(0), call.input(1));
+  at::Tensor &out = call.output(0);
+  at::add_out(out, in_dtype_of(call.input(0), out), in_dtype_of(call.input(1), out));
 }
 
 // (da, db) = AddGrad(dout, a, b)
@@ -48,7 +54,8 @@ MS_EXT_KERNEL(AddGrad, ms_ext::Signature().inputs(3).outputs(2).dtypes(kAddTypes
 // out = a * b
 MS_EXT_KERNEL(Mul, ms_ext::Signature().inputs(2).outputs(1).dtypes(kMulTypes).shapes(broadcast)
                        .types(ms_ext::promoted_type_of_inputs)) {
-  at::mul_out(call.output(0), call.input(0), call.input(1));
+  at::Tensor &out = call.output(0);
+  at::mul_out(out, in_dtype_of(call.input(0), out), in_dtype_of(call.input(1), out));
 }
 
 // (da, db) = MulGrad(dout, a, b): da = sum_to(dout * conj(b), a.shape), db likewise.

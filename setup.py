@@ -1,58 +1,37 @@
-"""Builds the bundled kernel libraries into aot_ops/lib with the same builder users get.
+"""Builds the bundled kernel libraries into aot_ops/lib with the same builder users get (aot_ops.extension).
 
-    pip install --no-build-isolation -e .
+    pip install --no-build-isolation -e .     # a checkout (what ./run.sh does)
+    python -m build                           # an sdist and a wheel built from it
 
---no-build-isolation matters: an isolated build environment would download the newest torch (with several GB of
-CUDA packages) instead of using the pinned torch 2.13 already installed.
+--no-build-isolation matters for the editable install: an isolated build environment would install another copy
+of torch to compile against instead of using the pinned torch 2.13 already installed.
 """
 import os
 import shutil
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
+from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from aot_ops.extension import AotExtension, BuildAotExtension  # noqa: E402
+
+# Run-time sources an installed aot_ops needs: ms_ext (compiled into every library aot_ops.load builds) and the
+# kernels compiled on the user's machine (CUDA add2, the Ascend C NPU project). A checkout uses the top-level
+# folders; a wheel carries them as aot_ops/_ms_ext and aot_ops/_kernels (aot_ops._paths.source_dir).
+SHIPPED_SOURCES = ("ms_ext", "kernels")
 
 
-class AotLibrary(Extension):
-    """A shared library of aot entry points (not a Python extension module)."""
-
-    def __init__(self, name: str, sources: list[Path], include_dirs: list[Path] = (), cflags: list[str] = ()):
-        super().__init__(name, sources=[])
-        self.aot_sources = sources
-        self.aot_include_dirs = list(include_dirs)
-        self.aot_cflags = list(cflags)
-
-
-class BuildAotLibraries(build_ext):
-    def get_ext_filename(self, fullname: str) -> str:
-        # aot_ops.lib.libaot_ops_cpu -> aot_ops/lib/libaot_ops_cpu.so (no Python ABI suffix: MindSpore loads it).
-        return str(Path(*fullname.split("."))) + ".so"
-
+class BuildBundledLibraries(BuildAotExtension):
     def run(self):
-        if not self.inplace:
-            # An installed wheel carries ms_ext's headers and runtime, so `python -m aot_ops build` works there too.
-            target = Path(self.build_lib) / "aot_ops" / "_ms_ext"
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(HERE / "ms_ext", target)
-        # Editable installs build in a temporary folder, then copy the library into the source tree's
-        # aot_ops/lib, which setuptools does not create.
-        (HERE / "aot_ops" / "lib").mkdir(exist_ok=True)
+        if not (self.inplace or self.editable_mode):  # an editable install uses the checkout's folders
+            for name in SHIPPED_SOURCES:
+                target = Path(self.build_lib) / "aot_ops" / f"_{name}"
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(HERE / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.o", "*.so"))
         super().run()
-
-    def build_extension(self, ext: AotLibrary):
-        sys.path.insert(0, str(HERE))
-        from aot_ops._build import builder
-
-        output = Path(self.get_ext_fullpath(ext.name)).resolve()
-        # A persistent build folder keeps ninja's incremental state between installs.
-        build_dir = HERE / "build" / "aot_libraries" / output.stem
-        spec = builder.LibrarySpec(name=output.stem, sources=[HERE / s for s in ext.aot_sources],
-                                   extra_include_paths=[HERE / p for p in ext.aot_include_dirs],
-                                   extra_cflags=ext.aot_cflags)
-        builder.build_library(spec, build_dir, output, verbose=self.verbose > 1)
 
 
 def cpu_kernel_sources() -> list[Path]:
@@ -75,21 +54,21 @@ def ascendc_include_dirs() -> list[Path]:
     return [ASCENDC / d for d in ("emulator", "tiling", "host_cpu", "aot")]
 
 
-def cuda_library() -> list[AotLibrary]:
+def cuda_library() -> list[AotExtension]:
     """The CUDA builds of the bundled kernels plus add2 (kernels/cuda), only where they can be linked: a CUDA build
     of torch, nvcc and TORCH_CUDA_ARCH_LIST. The same kernel sources as the CPU library, with CUDA placement."""
-    sys.path.insert(0, str(HERE))
     from aot_ops._build import cuda
 
     if cuda.nvcc() is None or cuda.why_not_linkable(use_torch=True) or not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return []
     sources = cpu_kernel_sources() + sorted(p.relative_to(HERE) for p in (HERE / "kernels" / "cuda").glob("*.cu"))
-    return [AotLibrary("aot_ops.lib.libaot_ops_cuda", sources, [Path("kernels") / "cuda"], cuda.host_cflags())]
+    return [AotExtension("aot_ops.lib.libaot_ops_cuda", sources, [Path("kernels") / "cuda"], cuda.host_cflags())]
 
 
+os.chdir(HERE)  # the source lists above are relative to the project
 setup(
-    ext_modules=[AotLibrary("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
-                 AotLibrary("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs()),
+    ext_modules=[AotExtension("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
+                 AotExtension("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs()),
                  *cuda_library()],
-    cmdclass={"build_ext": BuildAotLibraries},
+    cmdclass={"build_ext": BuildBundledLibraries},
 )

@@ -9,6 +9,9 @@ Public surface:
         the torch node that cannot be ported
     aot_ops.library_path()
         where the bundled kernel library lives, for building ops.Custom by hand
+    aot_ops.extension.AotExtension / BuildAotExtension, aot_ops.include_paths(), aot_ops.check_library(path)
+        build an ms_ext kernel library in your own package's setup.py; check a shipped one against the installed
+        torch and MindSpore (StaleLibraryError)
     aot_ops.aten
         every ATen operator: aten.leaky_relu(x, 0.2), aten.add.Tensor(a, b, alpha=2), aten.op("aten::...", ...)
     aot_ops.AotOp
@@ -37,7 +40,12 @@ from __future__ import annotations
 
 import importlib
 
+__version__ = "0.1.0"
+
 _LAZY = {
+    "include_paths": ("._paths", "include_paths"),
+    "check_library": ("._build.build_info", "check_library"),
+    "StaleLibraryError": ("._build.build_info", "StaleLibraryError"),
     "library_path": ("._paths", "library_path"),
     "AotOp": ("._primitive", "AotOp"),
     "last_error": ("._runtime", "last_error"),
@@ -62,6 +70,7 @@ _LAZY = {
     "cache_entries": ("._library", "cache_entries"),
     "clean_cache": ("._library", "clean_cache"),
     "harness": (".harness", None),
+    "extension": (".extension", None),
     "aten": (".aten", None),
     "operators": (".operators", None),
     "from_torch": ("._port", "from_torch"),

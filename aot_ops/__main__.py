@@ -1,4 +1,4 @@
-"""Command line: python -m aot_ops <command>.
+"""Command line: aot-ops <command> (the same as python -m aot_ops <command>).
 
     build SRC... -o OUT.so   compile aot sources (.cpp, .c, .cu) into a library MindSpore can load
     cache list [NAME]        libraries that aot_ops.load has built ($AOT_OPS_CACHE or ~/.cache/aot_ops)
@@ -6,14 +6,20 @@
     doctor                   check Python, MindSpore, torch, numpy, compilers, CUDA, CANN and the cache
     conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
     fuzz --cases N           generated hostile calls in both modes; counts deaths, wrong results and hangs
+
+Exit status: 0 done; 1 a check found a problem (doctor, fuzz, conformance); 2 usage error; 3 build failed;
+4 compiled but not linked (CUDA sources on a machine that cannot link them).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import sys
 from pathlib import Path
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_BUILD_FAILED, EXIT_NOT_LINKED = 0, 1, 2, 3, 4
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -36,13 +42,13 @@ def _build(args: argparse.Namespace) -> int:
                 objects = builder.build_objects(spec, build_dir, verbose=args.verbose)
                 print(f"compiled {len(objects)} objects in {build_dir / 'obj'}; not linked: "
                       f"{cuda.why_not_linkable(spec.use_torch)}", file=sys.stderr)
-                return 2
+                return EXIT_NOT_LINKED
             builder.build_library(spec, build_dir, out, verbose=args.verbose)
     except (builder.BuildError, cuda.CudaSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_BUILD_FAILED
     print(out)
-    return 0
+    return EXIT_OK
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -73,7 +79,7 @@ def _doctor(args: argparse.Namespace) -> int:
     blocking = doctor.blocking(findings)
     if blocking and not args.json:
         print(f"\n{len(blocking)} problem(s) block using aot_ops: " + ", ".join(f.check for f in blocking))
-    return 1 if blocking else 0
+    return EXIT_PROBLEM if blocking else EXIT_OK
 
 
 def _fuzz(args: argparse.Namespace) -> int:
@@ -89,7 +95,7 @@ def _fuzz(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"seed": report.seed, "seconds": report.seconds,
                                                "results": report.results}, indent=1))
-    return 1 if report.failures else 0
+    return EXIT_PROBLEM if report.failures else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         from . import conformance
 
         return conformance.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m aot_ops", description=__doc__,
+    from . import __version__
+
+    prog = "aot-ops" if os.path.basename(sys.argv[0]) == "aot-ops" else "python -m aot_ops"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"aot_ops {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     build = sub.add_parser("build", help="compile aot sources into a shared library")

@@ -12,8 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-NPU_PROJECT = Path(__file__).resolve().parent.parent / "kernels" / "ascendc" / "npu"
 ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/tikcpp/ascendc_kernel_cmake/ascendc.cmake")
+
+
+def npu_project() -> Path:
+    """The CMake project of the NPU build (kernels/ascendc/npu, shipped with the package)."""
+    from ._paths import source_dir
+
+    return source_dir("kernels") / "ascendc" / "npu"
 
 
 class CannNotFoundError(RuntimeError):
@@ -39,7 +45,7 @@ def build(build_dir: Path, soc_version: str = "Ascend910B1") -> Path:
 
     torch_dir = Path(torch.__file__).parent
     torch_npu_dir = Path(sys.modules["torch_npu"].__file__).parent
-    subprocess.run(["cmake", "-S", str(NPU_PROJECT), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
+    subprocess.run(["cmake", "-S", str(npu_project()), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
                     f"-DSOC_VERSION={soc_version}", f"-DTORCH_DIR={torch_dir}", f"-DTORCH_NPU_DIR={torch_npu_dir}",
                     f"-DPython3_EXECUTABLE={sys.executable}"], check=True)
     subprocess.run(["cmake", "--build", str(build_dir), "-j"], check=True)

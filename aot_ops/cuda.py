@@ -14,21 +14,21 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from ._paths import LIB_DIR
+from ._paths import LIB_DIR, source_dir
 
 CUDA_LIBRARY = "libaot_ops_cuda.so"
-KERNELS = Path(__file__).resolve().parent.parent / "kernels" / "cuda"
 
 
 def library_path() -> Path:
     """The CUDA library setup.py built (FileNotFoundError, with the reason, where it could not be built)."""
-    path = LIB_DIR / CUDA_LIBRARY
-    if not path.is_file():
+    from ._paths import library_path as bundled
+
+    if not (LIB_DIR / CUDA_LIBRARY).is_file():
         from ._build import cuda
 
         why = cuda.why_not_linkable(use_torch=True) or "TORCH_CUDA_ARCH_LIST was not set at install time"
-        raise FileNotFoundError(f"{path} was not built: {why}")
-    return path
+        raise FileNotFoundError(f"{LIB_DIR / CUDA_LIBRARY} was not built: {why}")
+    return bundled(CUDA_LIBRARY)
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,7 +36,8 @@ def add2_library():
     """add2 built just in time with aot_ops.load (cached across processes)."""
     from ._library import load
 
-    return load("add2", [KERNELS / "add2.cu"], extra_include_paths=[KERNELS])
+    kernels = source_dir("kernels") / "cuda"
+    return load("add2", [kernels / "add2.cu"], extra_include_paths=[kernels])
 
 
 def add2(library=None):

@@ -18,7 +18,7 @@ def env_without_cann(**extra):
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
 def test_cmake_configure_without_cann_fails_with_a_clear_message(tmp_path):
-    proc = subprocess.run(["cmake", "-S", str(ascendc_npu.NPU_PROJECT), "-B", str(tmp_path / "b")],
+    proc = subprocess.run(["cmake", "-S", str(ascendc_npu.npu_project()), "-B", str(tmp_path / "b")],
                           capture_output=True, text=True, env=env_without_cann())
     assert proc.returncode != 0
     assert "CANN not found: ASCEND_HOME_PATH is not set" in proc.stderr
@@ -27,7 +27,7 @@ def test_cmake_configure_without_cann_fails_with_a_clear_message(tmp_path):
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
 def test_cmake_configure_with_a_wrong_cann_path_names_it(tmp_path):
-    proc = subprocess.run(["cmake", "-S", str(ascendc_npu.NPU_PROJECT), "-B", str(tmp_path / "b"),
+    proc = subprocess.run(["cmake", "-S", str(ascendc_npu.npu_project()), "-B", str(tmp_path / "b"),
                            f"-DASCEND_HOME_PATH={tmp_path}/no-cann"], capture_output=True, text=True,
                           env=env_without_cann())
     assert proc.returncode != 0

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -35,6 +36,8 @@ class LibrarySpec:
 
     `use_torch=False` builds a library that neither includes nor links torch (a plain C/C++ kernel).
     Sources are compiled by suffix: `.cu` with nvcc, `.c` with the C compiler, anything else as C++.
+    `torch_runpath`: where the installed library finds torch's libraries, relative to itself
+    (`$ORIGIN/../../torch/lib`), for libraries shipped in a package; None: this environment's torch, absolute.
     """
 
     name: str
@@ -43,6 +46,7 @@ class LibrarySpec:
     extra_cflags: Sequence[str] = ()
     extra_ldflags: Sequence[str] = ()
     extra_include_paths: Sequence[Path] = ()
+    torch_runpath: Sequence[str] | None = None
 
     @property
     def has_cuda(self) -> bool:
@@ -107,7 +111,7 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
             _build(fh, [obj], rule, [str(source)], {"cflags": " ".join(shlex.quote(f) for f in flags)})
             objects.append(obj)
         _build(fh, ["objects"], "phony", objects, {})
-        ldflags = toolchain.link_flags(spec.use_torch) + list(spec.extra_ldflags)
+        ldflags = toolchain.link_flags(spec.use_torch, spec.torch_runpath) + list(spec.extra_ldflags)
         if spec.has_cuda:
             ldflags += cuda.link_flags(spec.use_torch)
         _build(fh, [library.name], "link", objects, {"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
@@ -146,29 +150,58 @@ def first_diagnostics(output: str, limit: int = _SHOWN_ERRORS) -> str:
     return "\n".join(picked)
 
 
-def run_ninja(build_dir: Path, verbose: bool = False, targets: Sequence[str] = ()) -> str:
+_PROGRESS_LINE = re.compile(r"^\[\d+/\d+\] ")
+
+
+def ninja_command(build_dir: Path, verbose: bool = False, targets: Sequence[str] = ()) -> list[str]:
+    """ninja, with MAX_JOBS parallel jobs when it is set (torch.utils.cpp_extension's convention: a small machine
+    or a memory-hungry nvcc needs fewer than ninja's default)."""
     cmd = [toolchain.ninja_binary(), "-C", str(build_dir)]
+    jobs = os.environ.get("MAX_JOBS", "").strip()
+    if jobs:
+        if not jobs.isdigit() or int(jobs) < 1:
+            raise BuildError("ninja", f"MAX_JOBS={jobs!r} is not a positive number of jobs", None)
+        cmd += ["-j", jobs]
     if verbose:
         cmd.append("-v")
-    cmd += list(targets)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return cmd + list(targets)
+
+
+def run_ninja(build_dir: Path, verbose: bool = False, targets: Sequence[str] = (),
+              progress_after_s: float = 2.0) -> str:
+    """Run ninja; its `[n/m] compile ...` lines go to stderr once the build has taken `progress_after_s` (a quick
+    rebuild stays quiet, a long one shows where it is). The whole output is kept in build.log."""
+    proc = subprocess.Popen(ninja_command(build_dir, verbose, targets), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    start = time.monotonic()
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if verbose or (_PROGRESS_LINE.match(line) and time.monotonic() - start >= progress_after_s):
+            sys.stderr.write(f"aot_ops: {line}" if not verbose else line)
+            sys.stderr.flush()
+    returncode = proc.wait()
+    output = "".join(lines)
     log_path = build_dir / "build.log"
-    log_path.write_text(proc.stdout)
-    if verbose:
-        sys.stderr.write(proc.stdout)
-    if proc.returncode != 0:
-        stage = "link" if "FAILED: " in proc.stdout and re.search(r"FAILED: \S+\.so", proc.stdout) else "compile"
-        raise BuildError(stage, first_diagnostics(proc.stdout), log_path)
-    return proc.stdout
+    log_path.write_text(output)
+    if returncode != 0:
+        stage = "link" if "FAILED: " in output and re.search(r"FAILED: \S+\.so", output) else "compile"
+        raise BuildError(stage, first_diagnostics(output), log_path)
+    return output
 
 
 _LOAD_CHECK = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
 
 
-def check_loads(library: Path, log_path: Path | None = None) -> None:
+def check_loads(library: Path, log_path: Path | None = None, torch_lib_dir: str | None = None) -> None:
     """dlopen the library with RTLD_NOW in a fresh interpreter that has not imported torch and has no
-    LD_LIBRARY_PATH: exactly the conditions under which MindSpore loads it."""
+    LD_LIBRARY_PATH: exactly the conditions under which MindSpore loads it.
+
+    A library whose RUNPATH is relative to where it will be installed cannot find torch where it is built; for
+    it `torch_lib_dir` stands in for the installed layout, and every symbol must still resolve."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    if torch_lib_dir is not None:
+        env["LD_LIBRARY_PATH"] = torch_lib_dir
     proc = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(library)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         text = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -199,7 +232,8 @@ def build_library(spec: LibrarySpec, build_dir: Path, output: Path, verbose: boo
     staged = build_dir / f"{spec.name}.so"
     write_ninja_file(spec, build_dir, staged)
     run_ninja(build_dir, verbose=verbose)
-    check_loads(staged, build_dir / "build.log")
+    relocated = spec.use_torch and spec.torch_runpath is not None
+    check_loads(staged, build_dir / "build.log", toolchain.torch_info().lib_dir if relocated else None)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     tmp.write_bytes(staged.read_bytes())

@@ -6,6 +6,7 @@ which importing it may be what fails (numpy 2 under MindSpore 2.10 is the usual 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -48,8 +49,9 @@ def _first_line(cmd: list[str]) -> str | None:
 
 def check_python() -> Finding:
     version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info < (3, 9):
-        return Finding("Python", FAIL, f"{version}: aot_ops needs Python 3.9 or newer")
+    if sys.version_info[:2] != (3, 11):
+        return Finding("Python", FAIL, f"{version}: aot_ops needs Python 3.11 (MindSpore 2.10 and torch 2.13 wheels "
+                                       "are installed for it)")
     return Finding("Python", OK, f"{version} ({sys.executable})")
 
 
@@ -182,17 +184,74 @@ def check_white_list() -> Finding:
                                          "inside it")
 
 
-def check_bundled_library() -> Finding:
-    path = toolchain.PACKAGE_DIR / "lib" / "libaot_ops_cpu.so"
-    if path.is_file():
-        return Finding("bundled kernels", OK, str(path))
-    return Finding("bundled kernels", WARN, f"{path} missing: build it with `pip install --no-build-isolation -e .` "
-                                            "(your own kernels are unaffected)")
+# Loads a library the way MindSpore does (no torch imported, no LD_LIBRARY_PATH) and prints which torch libraries
+# the dynamic loader chose for it.
+_LOAD_PROBE = """
+import ctypes, json, os, sys
+ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+with open("/proc/self/maps") as maps:
+    print(json.dumps(sorted({line.split()[-1] for line in maps if "/libc10.so" in line or "/libtorch_cpu.so" in line})))
+"""
+
+
+def _runpath(library: Path) -> str:
+    try:
+        out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "RUNPATH not shown: readelf not found"
+    found = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*)\]", out)
+    return f"RUNPATH {found.group(1)}" if found else "no RUNPATH"
+
+
+def _torch_lib_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")  # finds, does not import
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).resolve() / "lib"
+
+
+def check_bundled_library(path: Path) -> Finding:
+    """A bundled library loads in a clean process, finds torch's libraries in the installed torch, and was built
+    against the installed torch and MindSpore."""
+    from . import build_info
+
+    name = f"bundled {path.name}"
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    runpath = _runpath(path)
+    if proc.returncode != 0:
+        error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Finding(name, FAIL, f"does not load without `import torch` ({runpath}): {error}; reinstall aot_ops")
+    torch_dir = _torch_lib_dir()
+    loaded = [Path(p) for p in json.loads(proc.stdout.strip().splitlines()[-1])]
+    foreign = [str(p) for p in loaded if torch_dir is not None and p.resolve().parent != torch_dir]
+    if foreign:
+        return Finding(name, FAIL, f"loads torch libraries from another torch ({', '.join(foreign)}) than the "
+                                   f"installed one ({torch_dir}); {runpath}; reinstall aot_ops")
+    stale = build_info.mismatch(path)
+    if stale:
+        return Finding(name, FAIL, f"{stale}; {build_info.REBUILD}")
+    recorded = build_info.read(path) or {}
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(recorded.items()))
+    return Finding(name, OK, f"{path}: loads without `import torch`, {runpath}, built against {versions}")
+
+
+def check_bundled_libraries() -> list[Finding]:
+    lib_dir = toolchain.PACKAGE_DIR / "lib"
+    found = sorted(lib_dir.glob("*.so"))
+    if not any(p.name == "libaot_ops_cpu.so" for p in found):
+        return [Finding("bundled kernels", WARN, f"{lib_dir / 'libaot_ops_cpu.so'} missing: build it with "
+                                                 "`pip install --no-build-isolation -e .` (your own kernels are "
+                                                 "unaffected)")]
+    return [check_bundled_library(p) for p in found]
 
 
 def diagnose() -> list[Finding]:
     findings = [check_python(), check_mindspore(), check_numpy(), *check_torch(), *check_compilers(),
-                *check_cuda(), check_cann(), check_cache(), check_white_list(), check_bundled_library()]
+                *check_cuda(), check_cann(), check_cache(), check_white_list(), *check_bundled_libraries()]
     return findings
 
 

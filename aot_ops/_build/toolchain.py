@@ -12,20 +12,19 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
+# The MindSpore release whose AotExtra class layout ms_ext/src/aot_extra_abi0.cpp mirrors.
+MINDSPORE_CONTRACT = "2.10"
+
 
 def ms_ext_dir() -> Path:
-    """The ms_ext tree (headers and C runtime sources).
+    """The ms_ext tree (headers and C runtime sources), from a checkout or from inside an installed wheel."""
+    from .._paths import source_dir
 
-    In a source checkout or an editable install it is the top-level `ms_ext/`; an installed wheel carries a
-    copy inside the package (setup.py puts it there).
-    """
-    for candidate in (PACKAGE_DIR / "_ms_ext", PACKAGE_DIR.parent / "ms_ext"):
-        if (candidate / "include" / "ms_ext" / "ms_ext.h").is_file():
-            return candidate
-    raise FileNotFoundError(f"ms_ext headers not found next to {PACKAGE_DIR}")
+    return source_dir("ms_ext")
 
 
 def ms_ext_include_dir() -> Path:
@@ -129,11 +128,16 @@ def abi0_cflags() -> list[str]:
     return [*COMMON_CFLAGS, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{ms_ext_include_dir()}"]
 
 
-def link_flags(use_torch: bool) -> list[str]:
-    """`-z now` and `--no-undefined` turn a missing symbol into a link error instead of a crash mid-training; the
-    rpath lets MindSpore dlopen the library without `import torch` and without LD_LIBRARY_PATH."""
+def link_flags(use_torch: bool, torch_runpath: Sequence[str] | None = None) -> list[str]:
+    """`-z now` and `--no-undefined` turn a missing symbol into a link error instead of a crash mid-training.
+
+    The RUNPATH lets MindSpore dlopen the library without `import torch` and without LD_LIBRARY_PATH: by default
+    the absolute torch `lib/` of this environment (libraries in the user's cache, rebuilt for another torch);
+    libraries that are installed elsewhere than where they are built pass `torch_runpath`, entries relative to
+    the library (`$ORIGIN/../../torch/lib`)."""
     flags = ["-shared", "-Wl,-z,now", "-Wl,--no-undefined"]
     if use_torch:
         lib = torch_info().lib_dir
-        flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
+        runpath = [lib] if torch_runpath is None else list(torch_runpath)
+        flags += [f"-L{lib}", *(f"-Wl,-rpath,{entry}" for entry in runpath), "-lc10", "-ltorch_cpu", "-ltorch"]
     return flags

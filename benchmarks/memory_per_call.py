@@ -1,7 +1,7 @@
 """Memory over many calls: RSS growth of the aot bridge against MindSpore's own operator (CPU, PyNative and
 GRAPH_MODE), each in a fresh process.
 
-    .venv/bin/python benchmarks/memory_per_call.py [--calls 100000]
+    .venv/bin/python benchmarks/memory_per_call.py [--calls 100000] [--only NAME]
 
 For each operator the process makes 1,000 warm-up calls, then reports its RSS growth after 10% of the calls and
 after all of them. A leak shows as growth that keeps rising after the first 10%; the first 10% includes
@@ -13,10 +13,28 @@ import sys
 import tempfile
 from pathlib import Path
 
+# MindSpore's Custom path without this project: a plain C kernel behind a hand-written ops.Custom.
+PLAIN_C = (
+    "ops.Custom(str(aot_ops.load('memory_plain_c', [__import__('pathlib').Path(__file__).with_name('plain.c')]).path)"
+    " + ':LeakyRelu', out_shape=lambda x: x, out_dtype=lambda x: x, func_type='aot')")
+PLAIN_C_SOURCE = r"""
+#include <stdint.h>
+int LeakyRelu(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *stream,
+              void *extra) {
+  int64_t n = 1;
+  for (int i = 0; i < ndims[0]; ++i) n *= shapes[0][i];
+  const float *x = params[0];
+  float *y = params[1];
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.2f * x[i];
+  return 0;
+}
+"""
+
 VARIANTS = {
     "aot_ops.leaky_relu": "aot_ops.leaky_relu(0.2)",
     "aten.op(leaky_relu)": "aten.op('aten::leaky_relu', negative_slope=0.2)",
     "ops.leaky_relu (MindSpore)": "lambda x: ops.leaky_relu(x, 0.2)",
+    "ops.Custom, plain C kernel": PLAIN_C,
 }
 
 CHILD = r'''
@@ -64,6 +82,7 @@ def measure(expression: str, mode: int, calls: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as folder:
         child = Path(folder) / "child.py"
         child.write_text(CHILD.format(expression=expression))
+        child.with_name("plain.c").write_text(PLAIN_C_SOURCE)
         out = subprocess.run([sys.executable, str(child), str(mode), str(calls)], check=True,
                              capture_output=True, text=True).stdout.split()
     return float(out[-2]), float(out[-1])
@@ -72,10 +91,13 @@ def measure(expression: str, mode: int, calls: int) -> tuple[float, float]:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--only", help="only the operators whose name contains this")
     args = parser.parse_args()
     print(f"RSS growth in MB after 1,000 warm-up calls of a 256-element float32 leaky_relu; {args.calls} calls")
     print(f"{'operator':<28} {'mode':<10} {'after 10%':>10} {'after 100%':>11}")
     for name, expression in VARIANTS.items():
+        if args.only and args.only not in name:
+            continue
         for mode, mode_name in ((1, "PyNative"), (0, "GRAPH")):
             first, last = measure(expression, mode, args.calls)
             print(f"{name:<28} {mode_name:<10} {first:>10.1f} {last:>11.1f}", flush=True)

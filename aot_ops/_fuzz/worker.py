@@ -233,8 +233,16 @@ _canary = {}
 
 
 def next_call_works(mode) -> bool:
-    """After an error, a valid call must still be right (no state left broken)."""
+    """After an error, a valid call must still be right (no state left broken).
+
+    MindSpore can fail the first operation after it refused to allocate an output (its own ops.add then raises
+    "Allocate memory failed" in MallocForOutputs, once; seen after a hand-written Custom declaring a 2 TB output).
+    A MindSpore operation runs first and absorbs that, so what is judged is the state of aot_ops' operators."""
     a, b = torch.arange(6.0).reshape(2, 3), torch.ones(2, 3)
+    try:
+        ops.add(to_ms(a), to_ms(b)).asnumpy()
+    except Exception:  # noqa: BLE001 - MindSpore's pending failure, not aot_ops'
+        pass
     try:
         (out,) = call(_canary.setdefault("add", aot_ops.add()), (to_ms(a), to_ms(b)), mode, False)
         return torch.equal(out, a + b)

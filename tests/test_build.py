@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import aot_ops
+from aot_ops.__main__ import EXIT_BUILD_FAILED
 from support import TEST_KERNELS, OpCell, to_torch
 
 
@@ -31,7 +32,7 @@ def test_user_source_runs_in_mindspore(user_library, mode):
 def test_link_errors_are_reported(tmp_path):
     out = tmp_path / "libunresolved.so"
     proc = aot_build(TEST_KERNELS / "unresolved.cpp", "-o", out)
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_BUILD_FAILED
     assert "link failed" in proc.stderr and "function_nobody_defines" in proc.stderr
     assert not out.exists()
 
@@ -40,7 +41,7 @@ def test_library_failing_the_rtld_now_check_is_not_written(tmp_path):
     out = tmp_path / "libunresolved.so"
     # Override --no-undefined so the link succeeds: the load check must still refuse the result.
     proc = aot_build(TEST_KERNELS / "unresolved.cpp", "-o", out, "--ldflag=-Wl,--unresolved-symbols=ignore-all")
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_BUILD_FAILED
     assert "load check (dlopen with RTLD_NOW) failed" in proc.stderr
     assert "undefined symbol: function_nobody_defines" in proc.stderr
     assert not out.exists()
@@ -48,7 +49,7 @@ def test_library_failing_the_rtld_now_check_is_not_written(tmp_path):
 
 def test_compile_error_shows_file_line_and_message(tmp_path):
     proc = aot_build(TEST_KERNELS / "syntax_error.cpp", "-o", tmp_path / "libbroken.so")
-    assert proc.returncode == 1
+    assert proc.returncode == EXIT_BUILD_FAILED
     assert "syntax_error.cpp:4:" in proc.stderr and "expected primary-expression" in proc.stderr
     assert "full log:" in proc.stderr
 

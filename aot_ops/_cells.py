@@ -1,4 +1,4 @@
-"""A Cell running one operator: how a single bridged call is compiled as a GRAPH_MODE graph.
+"""Cells running one operator: how a single bridged call is compiled as a GRAPH_MODE graph.
 
 Defined once, at module level: MindSpore's graph parser caches by source location, and a Cell class defined anew
 for every call gets another call's compiled graph.
@@ -15,6 +15,17 @@ class OpCell(nn.Cell):
 
     def construct(self, *inputs):
         return self.op(*inputs)
+
+
+class ListCall(nn.Cell):
+    """A Cell calling one operator with all its inputs as one tuple (a tensor list given at call time)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *inputs):
+        return self.op(inputs)
 
 
 class OptionalInputs(nn.Cell):

@@ -74,17 +74,26 @@ class CppInference:
     dtypes: Callable[[Sequence[torch.dtype]], Sequence[torch.dtype]]
 
 
+def _device_target() -> str:
+    """The backend the operator will run on (MindSpore's device target when the primitive is made): a CUDA kernel's
+    reg_info must say GPU."""
+    import mindspore as ms
+
+    target = ms.get_context("device_target")
+    return target if target in ("CPU", "GPU", "Ascend") else "CPU"
+
+
 def _reg_info(symbol: str, n_in: int, n_out: int):
-    """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype. Built anew for
-    every primitive: Custom modifies the reg_info it is given (it prefixes the op name). MindSpore registers the
-    kernel's inputs and outputs once per (reg_info name, function): the name carries the counts, because one entry
-    point (the generic AtenOp) serves operators of every arity."""
+    """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype, the current device
+    target. Built anew for every primitive: Custom modifies the reg_info it is given (it prefixes the op name).
+    MindSpore registers the kernel's inputs and outputs once per (reg_info name, function): the name carries the
+    counts, because one entry point (the generic AtenOp) serves operators of every arity."""
     reg = CustomRegOp(f"{symbol}_{n_in}_{n_out}")
     for i in range(n_in):
         reg = reg.input(i, f"x{i}")
     for i in range(n_out):
         reg = reg.output(i, f"y{i}")
-    return reg.dtype_format(*([DataType.None_None] * (n_in + n_out))).target("CPU").get_op_info()
+    return reg.dtype_format(*([DataType.None_None] * (n_in + n_out))).target(_device_target()).get_op_info()
 
 
 class AotOp(ops.Custom):

@@ -18,7 +18,6 @@ from ._clib import last_error, open_library
 from ._paths import library_path as _bundled_library
 
 LIBRARY = "libaot_ops_ascendc.so"
-CORE_ORDERS = ("in_order", "reversed", "threads")
 UB_910B = 192 * 1024
 UB_910A = 256 * 1024
 

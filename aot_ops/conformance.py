@@ -15,6 +15,7 @@ constants they produced; in-place calls are replayed with their functional overl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -33,6 +34,25 @@ RTOL, ATOL = 1e-4, 1e-5
 
 class OutOfScope(Exception):
     """The op is not a tensor -> tensor operator the bridge is meant for."""
+
+
+class StageFailure(Exception):
+    """A sample failed in one stage: forward_pynative, forward_graph or gradient."""
+
+    def __init__(self, stage: str, cause: BaseException):
+        super().__init__(f"{stage}: {cause}")
+        self.stage, self.cause = stage, cause
+
+
+@contextlib.contextmanager
+def _stage(name: str):
+    """Attribute any failure inside the block to stage `name` (whatever sample it happens on)."""
+    try:
+        yield
+    except OutOfScope:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure is a result of the stage
+        raise StageFailure(name, exc) from exc
 
 
 @dataclass
@@ -206,8 +226,6 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) -> None:
-    import mindspore as ms
-
     if any(t.layout != torch.strided for t in _tensors((sample.input, sample.args, sample.kwargs))):
         raise OutOfScope("sparse tensors")
     calls, out = record(opinfo.op, sample)
@@ -216,53 +234,62 @@ def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) 
     torch_inputs = _tensors((sample.input, sample.args, sample.kwargs))
     expected = _tensors(out)
 
-    ms_inputs = [to_ms(t) for t in torch_inputs]
-    values = run_calls(calls, torch_inputs, ms_inputs)
-    for e in expected:
-        _close(to_torch(values[id(e)]), e)
-    result.forward_pynative = True
-
-    if graph:
-        values = run_calls(calls, torch_inputs, ms_inputs, graph=True)
+    with _stage("forward_pynative"):
+        ms_inputs = [to_ms(t) for t in torch_inputs]
+        values = run_calls(calls, torch_inputs, ms_inputs)
         for e in expected:
             _close(to_torch(values[id(e)]), e)
-        result.forward_graph = True
+        result.forward_pynative = True
+
+    if graph:
+        with _stage("forward_graph"):
+            values = run_calls(calls, torch_inputs, ms_inputs, graph=True)
+            for e in expected:
+                _close(to_torch(values[id(e)]), e)
+            result.forward_graph = True
 
     if gradient:
-        # OpInfo marks the inputs torch differentiates (requires_grad); others (a loss's target, batch norm's
-        # running statistics) are constants for the gradient.
-        diff = [i for i, t in enumerate(torch_inputs) if t.requires_grad and t.dtype.is_floating_point]
-        outs = [e for e in expected if e.dtype.is_floating_point]
-        if not diff or not outs:
-            return
-        gen = torch.Generator().manual_seed(0)
-        cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
-        leaves = [t.detach().clone().requires_grad_(i in diff) for i, t in enumerate(torch_inputs)]
-        sample_leaves = _rebuild(sample, torch_inputs, leaves)
-        torch_out = _tensors(opinfo.op(sample_leaves.input, *sample_leaves.args, **sample_leaves.kwargs))
-        pairs = [(o, c) for o, c in zip([o for o in torch_out if o.dtype.is_floating_point], cotangents)
-                 if o.requires_grad]
-        if not pairs:
-            return
-        expected_grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in diff],
-                                             [c for _, c in pairs], allow_unused=True)
-        ms_cot = [to_ms(c) for c in cotangents]
+        with _stage("gradient"):
+            _check_gradient(opinfo, sample, result, calls, torch_inputs, ms_inputs, expected)
 
-        def loss(*diff_inputs):
-            inputs = list(ms_inputs)
-            for i, x in zip(diff, diff_inputs):
-                inputs[i] = x
-            vals = run_calls(calls, torch_inputs, inputs)
-            total = 0
-            for e, c in zip(outs, ms_cot):
-                total = total + (vals[id(e)] * c).sum()
-            return total
 
-        grads = ms.grad(loss, grad_position=tuple(range(len(diff))))(*[ms_inputs[i] for i in diff])
-        grads = grads if isinstance(grads, tuple) else (grads,)
-        for g, e, i in zip(grads, expected_grads, diff):
-            _close(to_torch(g), e if e is not None else torch.zeros_like(torch_inputs[i]))
-        result.gradient = True
+def _check_gradient(opinfo, sample, result: OpResult, calls, torch_inputs, ms_inputs, expected) -> None:
+    import mindspore as ms
+
+    # OpInfo marks the inputs torch differentiates (requires_grad); others (a loss's target, batch norm's
+    # running statistics) are constants for the gradient.
+    diff = [i for i, t in enumerate(torch_inputs) if t.requires_grad and t.dtype.is_floating_point]
+    outs = [e for e in expected if e.dtype.is_floating_point]
+    if not diff or not outs:
+        return
+    gen = torch.Generator().manual_seed(0)
+    cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+    leaves = [t.detach().clone().requires_grad_(i in diff) for i, t in enumerate(torch_inputs)]
+    sample_leaves = _rebuild(sample, torch_inputs, leaves)
+    torch_out = _tensors(opinfo.op(sample_leaves.input, *sample_leaves.args, **sample_leaves.kwargs))
+    pairs = [(o, c) for o, c in zip([o for o in torch_out if o.dtype.is_floating_point], cotangents)
+             if o.requires_grad]
+    if not pairs:
+        return
+    expected_grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in diff],
+                                         [c for _, c in pairs], allow_unused=True)
+    ms_cot = [to_ms(c) for c in cotangents]
+
+    def loss(*diff_inputs):
+        inputs = list(ms_inputs)
+        for i, x in zip(diff, diff_inputs):
+            inputs[i] = x
+        vals = run_calls(calls, torch_inputs, inputs)
+        total = 0
+        for e, c in zip(outs, ms_cot):
+            total = total + (vals[id(e)] * c).sum()
+        return total
+
+    grads = ms.grad(loss, grad_position=tuple(range(len(diff))))(*[ms_inputs[i] for i in diff])
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for g, e, i in zip(grads, expected_grads, diff):
+        _close(to_torch(g), e if e is not None else torch.zeros_like(torch_inputs[i]))
+    result.gradient = True
 
 
 def _rebuild(sample, old: list[torch.Tensor], new: list[torch.Tensor]):
@@ -301,12 +328,22 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
         except OutOfScope as exc:
             result.in_scope, result.reason = False, str(exc)
             break
-        except Exception as exc:  # noqa: BLE001 - recorded as the op's failure
+        except StageFailure as failure:
+            # Attributed to the stage that raised, on whichever sample: a forward failure on sample 2 is a
+            # forward failure, and the op's gradient is then not verified either.
+            setattr(result, failure.stage, False)
+            if failure.stage != "gradient" and result.differentiable:
+                result.gradient = False
+            text = str(failure.cause).strip()
+            text = text.splitlines()[0] if text else type(failure.cause).__name__
+            result.reason = f"{failure.stage} (sample {k}): {text[:300]}"
+            break
+        except Exception as exc:  # noqa: BLE001 - tracing the op in torch failed: its forward cannot be bridged
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            stage = ("forward_pynative" if result.forward_pynative is None else
-                     "forward_graph" if graph and k == 0 and result.forward_graph is None else "gradient")
-            setattr(result, stage, False)
-            result.reason = f"{stage}: {text[:300]}"
+            result.forward_pynative = False
+            if result.differentiable:
+                result.gradient = False
+            result.reason = f"forward_pynative (sample {k}): {text[:300]}"
             break
     result.seconds = time.perf_counter() - start
     return result

@@ -10,8 +10,7 @@ import numpy as np
 import torch
 from mindspore import nn, ops
 
-from aot_ops import _dtypes
-from aot_ops._cells import OpCell  # noqa: F401 - re-exported for the tests
+from aot_ops._cells import ListCall, OpCell  # noqa: F401 - re-exported for the tests
 from aot_ops._convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
 
 MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
@@ -38,17 +37,6 @@ def sample(shape, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
                            else torch.float32).to(dtype)
     low = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -5
     return torch.randint(low, 6, shape, generator=gen, dtype=torch.int64).to(dtype)
-
-
-class ListCall(nn.Cell):
-    """Calls an operator with all its inputs as one tuple (a tensor list given at call time)."""
-
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *inputs):
-        return self.op(inputs)
 
 
 class VjpCell(nn.Cell):
@@ -92,10 +80,6 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor):
     if expected.dtype in (torch.uint16, torch.uint32, torch.uint64):  # assert_close cannot compare these
         actual, expected = actual.to(torch.int64), expected.to(torch.int64)
     torch.testing.assert_close(actual, expected, equal_nan=True)
-
-
-def ms_dtype(dtype: torch.dtype):
-    return _dtypes.to_ms(dtype)
 
 
 REPO = Path(__file__).resolve().parent.parent

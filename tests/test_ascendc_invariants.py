@@ -1,5 +1,5 @@
 """Each deliberately broken kernel in tests/ascendc_broken is stopped by the emulator with a message naming the
-kernel, the core and the call (docs/ascend-c.md, "Invariants the emulator must check")."""
+kernel, the core and the call (kernels/ascendc/emulator/INVARIANTS.md, "Invariants the emulator must check")."""
 import ctypes
 import subprocess
 import sys

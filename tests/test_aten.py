@@ -128,6 +128,21 @@ def test_operators_are_cached_per_configuration():
     assert aten.op("aten::leaky_relu", negative_slope=0.2) is not aten.op("aten::leaky_relu", negative_slope=0.3)
 
 
+def test_operator_cache_is_bounded_and_keeps_the_recently_used(monkeypatch):
+    from aot_ops._aten import operator
+
+    monkeypatch.setattr(operator, "MAX_CACHED_OPERATORS", 3)
+    monkeypatch.setattr(operator, "_operators", operator.collections.OrderedDict())
+    kept = aten.op("aten::leaky_relu", negative_slope=0.5)
+    for slope in (0.1, 0.2, 0.3, 0.4):
+        aten.op("aten::leaky_relu", negative_slope=slope)
+        assert aten.op("aten::leaky_relu", negative_slope=0.5) is kept  # used again: stays cached
+    assert len(operator._operators) == 3
+    x = sample((5,), torch.float32)
+    (y,) = run_forward(kept, [x])  # an operator evicted or not keeps working
+    assert_same(y, F.leaky_relu(x, 0.5))
+
+
 def test_float_arguments_keep_double_precision():
     """MindSpore stores float attributes as float32; the bridge sends floats as text so ATen gets the double."""
     x = torch.tensor([1.0], dtype=torch.float64)
@@ -297,3 +312,28 @@ def test_integers_beyond_int64_name_the_argument():
     with pytest.raises(TypeError, match=r"aten::add.*argument 'other': 1180591620717411303424 does not fit in int64"):
         aten.add(to_ms(f64(2)), 2 ** 70)
     assert_next_call_works()
+
+
+def _torch_message_constant(name: str) -> str:
+    import re
+
+    from support import REPO
+
+    source = (REPO / "kernels" / "aten" / "generic" / "aten_op.cpp").read_text()
+    return re.search(rf'constexpr const char \*{name} = "(.*)";', source).group(1).replace("\\'", "'")
+
+
+def test_the_torch_messages_the_bridge_reacts_to_are_still_worded_so():
+    """aten_op.cpp recognises two torch errors by their text; the installed torch must still produce it."""
+    import numpy as np
+
+    resize = _torch_message_constant("kTorchResizeRefused")
+    with pytest.raises(RuntimeError, match=resize):
+        torch.from_numpy(np.zeros(2)).resize_(10)  # a storage torch does not own, like MindSpore's buffers
+
+    not_differentiable = _torch_message_constant("kTorchNotDifferentiable")
+    x, w, b = torch.randn(4, 3), torch.ones(3), torch.zeros(3)
+    running_mean = torch.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError) as info:
+        torch.ops.aten.native_batch_norm(x, w, b, running_mean, torch.ones(3), True, 0.1, 1e-5)
+    assert not_differentiable + "running_mean'" in str(info.value)

@@ -45,3 +45,37 @@ def test_summary_counts():
     totals = conformance.summarize(r)
     assert totals["in_scope"] == 2 and totals["forward_pynative_pct"] == 50.0 and totals["out_of_scope"] == 1
     assert totals["differentiable"] == 2 and totals["gradient_pct"] == 50.0
+
+
+
+def _inject(monkeypatch, fail_at: int):
+    """Make the `fail_at`-th bridged run of the op's calls raise (1-based)."""
+    real = conformance.run_calls
+    count = {"n": 0}
+
+    def run_calls(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == fail_at:
+            raise RuntimeError("injected failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conformance, "run_calls", run_calls)
+
+
+def test_a_forward_failure_on_a_later_sample_is_a_forward_failure(monkeypatch):
+    """Sample 0 runs PyNative forward (run 1), GRAPH forward (2) and the gradient (3); sample 1's PyNative
+    forward is run 4. Its failure is a forward failure, and the gradient, not verified on every sample, does
+    not count as passing."""
+    (opinfo,) = conformance.select_ops(["mul"])  # several samples
+    _inject(monkeypatch, fail_at=4)
+    result = conformance.check_op(opinfo, samples=2, graph=True)
+    assert result.forward_pynative is False and result.forward_graph is True and result.gradient is False
+    assert result.reason == "forward_pynative (sample 1): injected failure"
+
+
+def test_a_gradient_failure_leaves_the_forward_passing(monkeypatch):
+    (opinfo,) = conformance.select_ops(["mul"])  # several samples
+    _inject(monkeypatch, fail_at=3)
+    result = conformance.check_op(opinfo, samples=2, graph=True)
+    assert result.forward_pynative is True and result.forward_graph is True and result.gradient is False
+    assert result.reason == "gradient (sample 0): injected failure"

@@ -176,3 +176,15 @@ def test_compute_sanitizer_finds_no_error_in_the_entry_points(gpu_library):
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0 and "done" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ERROR SUMMARY: 0 errors" in proc.stdout
+
+
+@pytest.mark.parametrize("target", ["CPU", "GPU"])
+def test_reg_info_declares_the_device_the_operator_runs_on(monkeypatch, target):
+    """A CUDA kernel's primitive must register for GPU: the reg_info target follows MindSpore's device target."""
+    import mindspore as ms
+
+    from aot_ops import _primitive
+
+    real = ms.get_context
+    monkeypatch.setattr(ms, "get_context", lambda key: target if key == "device_target" else real(key))
+    assert _primitive._reg_info("LeakyRelu", 1, 1)["target"] == target

@@ -14,7 +14,7 @@ import pytest
 
 PRELUDE = '''
 import sys, numpy as np, mindspore as ms
-from mindspore import nn, ops
+from mindspore import ops
 from mindspore.ops import CustomRegOp, DataType
 import aot_ops
 ms.set_device("CPU")
@@ -29,12 +29,7 @@ def reg(name, n_in, n_out):
         r = r.output(i, f"y{i}")
     return r.dtype_format(*([DataType.None_None] * (n_in + n_out))).target("CPU").get_op_info()
 
-class Call(nn.Cell):
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-    def construct(self, *args):
-        return self.op(*args)
+from aot_ops._cells import OpCell as Call
 
 def t(*shape, dtype=np.float32, value=1.0):
     return ms.Tensor(np.full(shape, value, dtype))

@@ -25,6 +25,12 @@ class Single(nn.Cell):
         return self.op(x)
 
 
+def test_init_exception_without_a_message_still_fails_the_launch_with_a_cause(user_library, mode):
+    with pytest.raises(RuntimeError, match="EmptyInitError: kernel initialisation failed: an exception with an "
+                                           "empty message was thrown"):
+        run_forward(AotOp(user_library, "EmptyInitError"), [sample((3,), torch.float32)])
+
+
 def test_scratch_is_a_mindspore_workspace_when_its_size_is_known(user_library, mode):
     x = sample((5, 7), torch.float32)
     sums, from_workspace = run_forward(AotOp(user_library, "RowSumsWithScratch"), [x])

@@ -85,3 +85,16 @@ def test_command_line_exit_codes_tell_usage_from_build_failures(tmp_path):
     source.write_text("int f() { return undeclared; }\n")
     failed = _cli("build", source, "-o", tmp_path / "broken.so", "--no-torch")
     assert failed.returncode == 3 and "broken.cpp:1" in failed.stderr and "undeclared" in failed.stderr
+
+
+def test_every_documented_name_is_reachable_from_a_fresh_import():
+    """`aot_ops.<name>` works without importing the submodule first (names load on first use)."""
+    names = sorted(aot_ops.__all__)
+    code = ("import aot_ops, sys\n"
+            f"missing = [n for n in {names!r} if getattr(aot_ops, n, None) is None]\n"
+            "print(missing)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+    for name in ("ascendc", "cuda", "conformance", "ascendc_torch", "ascendc_runtime", "extension"):
+        assert name in names

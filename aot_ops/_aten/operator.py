@@ -7,6 +7,7 @@ registered as the bprop.
 """
 from __future__ import annotations
 
+import collections
 from typing import Any, Sequence
 
 import torch
@@ -21,7 +22,11 @@ from .schema import CALL_TIME_LIST, BoundCall, check_in_scope, is_tensor_value, 
     same_as_none
 from .sizes import Size, encode_shapes, evaluate, is_symbolic
 
-_operators: dict[tuple, AotOp] = {}
+# One operator per (overload, non-tensor arguments), most recently used last. Bounded: a loop over distinct float
+# arguments (a learning-rate schedule written as aten.mul(x, lr)) would otherwise keep every primitive alive.
+# An evicted operator keeps working where it is referenced; a new one for the same key gets the same identity.
+MAX_CACHED_OPERATORS = 4096
+_operators: collections.OrderedDict[tuple, AotOp] = collections.OrderedDict()
 
 
 def _substitute(call: BoundCall, tensors: Sequence) -> tuple[list[Any], dict[str, Any]]:
@@ -116,6 +121,10 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         if op.num_inputs is not None and op.min_inputs < op.num_inputs:
             op = OptionalInputs(op, op.num_inputs)
         _operators[cache_key] = op
+        while len(_operators) > MAX_CACHED_OPERATORS:
+            _operators.popitem(last=False)
+    else:
+        _operators.move_to_end(cache_key)
     return op, inputs
 
 

@@ -43,6 +43,16 @@ def check_ancestors(root: Path) -> None:
             raise _refuse(folder, "is writable by other users (and not sticky), who could replace the cache in it")
 
 
+def _check_owned(path: Path, st: os.stat_result, is_kind, kind: str) -> None:
+    """A real `kind` (not a symbolic link to one) that belongs to this user."""
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(path, "is a symbolic link")
+    if not is_kind(st.st_mode):
+        raise _refuse(path, f"is not a {kind}")
+    if not _owner_ok(st):
+        raise _refuse(path, f"belongs to another user (uid {st.st_uid})")
+
+
 def private_dir(path: Path) -> Path:
     """`path` as a folder only this user controls (created 0700 when missing, with its missing parents)."""
     path = Path(path)
@@ -56,12 +66,7 @@ def private_dir(path: Path) -> Path:
         except FileExistsError:
             pass  # another process made it meanwhile: checked below
         st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, "is a symbolic link")
-    if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "is not a folder")
-    if not _owner_ok(st):
-        raise _refuse(path, f"belongs to another user (uid {st.st_uid})")
+    _check_owned(path, st, stat.S_ISDIR, "folder")
     if stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(path, 0o700)  # ours: tighten (an earlier version or the umask made it group-readable)
     return path
@@ -86,12 +91,7 @@ def why_unsafe(root: Path) -> str | None:
 def check_file(path: Path) -> Path:
     """A regular file of this user's that nobody else can write (not a symbolic link)."""
     st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, "is a symbolic link")
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, "is not a regular file")
-    if not _owner_ok(st):
-        raise _refuse(path, f"belongs to another user (uid {st.st_uid})")
+    _check_owned(path, st, stat.S_ISREG, "regular file")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise _refuse(path, "is writable by other users")
     return path

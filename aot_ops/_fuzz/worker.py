@@ -34,10 +34,11 @@ _quiet()
 import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from mindspore import nn, ops  # noqa: E402
+from mindspore import ops  # noqa: E402
 from mindspore.ops import CustomRegOp, DataType  # noqa: E402
 
 import aot_ops  # noqa: E402
+from aot_ops._cells import ListCall, OpCell  # noqa: E402
 from aot_ops import _dtypes, aten  # noqa: E402
 from aot_ops._convert import to_ms, to_torch  # noqa: E402
 
@@ -55,26 +56,6 @@ TORCH_DTYPES = {
 SYMBOLS = {"add": ["Add"], "mul": ["Mul"], "matmul": ["Matmul"], "leaky_relu": ["LeakyRelu"], "sum": ["Sum", "SumDims"],
            "mean": ["MeanDims"], "softmax": ["Softmax"], "max": ["MaxDim"], "gelu": ["Gelu"], "permute": ["Permute"],
            "layer_norm": ["LayerNorm"]}
-
-
-class Call(nn.Cell):
-    """GRAPH_MODE compiles Cells from their source file: these live in a real module."""
-
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *args):
-        return self.op(*args)
-
-
-class ListCall(nn.Cell):
-    def __init__(self, op):
-        super().__init__()
-        self.op = op
-
-    def construct(self, *args):
-        return self.op(args)
 
 
 # -- tensors ------------------------------------------------------------------------------------------------------
@@ -174,7 +155,7 @@ def call(op, ms_inputs, mode, as_list):
     if mode == ms.PYNATIVE_MODE:
         out = op(list(ms_inputs)) if as_list else op(*ms_inputs)
     else:
-        out = (ListCall(op) if as_list else Call(op))(*ms_inputs)
+        out = (ListCall(op) if as_list else OpCell(op))(*ms_inputs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return tuple(to_torch(o) for o in outs)
 

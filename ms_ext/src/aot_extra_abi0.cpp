@@ -253,11 +253,6 @@ int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t 
   }
 }
 
-int64_t ms_ext_extra_workspace_count(ms_ext_extra *extra) {
-  if (extra == nullptr) return 0;
-  return static_cast<int64_t>(as_extra(extra)->WorkSpace().size());
-}
-
 int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state) {
   if (extra == nullptr) return fail("kernel state set without a MindSpore AotExtra");
   mindspore::AotExtra *e = as_extra(extra);

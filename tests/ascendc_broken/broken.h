@@ -1,4 +1,4 @@
-// Deliberately broken Ascend C kernels, one per invariant of docs/ascend-c.md, each registered under a name so
+// Deliberately broken Ascend C kernels, one per invariant of kernels/ascendc/emulator/INVARIANTS.md, each registered under a name so
 // tests/test_ascendc_invariants.py can run it and check the emulator's message. Every kernel gets two GM buffers
 // of kGmElements fp16 elements (`x` filled with 1.0, `y` with NaN).
 #pragma once

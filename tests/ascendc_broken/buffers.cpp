@@ -1,4 +1,4 @@
-// UB carving invariants (ascend-c.md invariant 1 and TPipe::InitBuffer's rules).
+// UB carving invariants (INVARIANTS.md invariant 1 and TPipe::InitBuffer's rules).
 #include "broken.h"
 
 using namespace AscendC;

@@ -1,4 +1,4 @@
-// DataCopy and GM-window invariants (ascend-c.md invariant 2), plus a correct kernel as the control.
+// DataCopy and GM-window invariants (INVARIANTS.md invariant 2), plus a correct kernel as the control.
 #include "broken.h"
 
 using namespace AscendC;

@@ -1,4 +1,4 @@
-// Queue protocol and end-of-kernel invariants (ascend-c.md invariant 3).
+// Queue protocol and end-of-kernel invariants (INVARIANTS.md invariant 3).
 #include "broken.h"
 
 using namespace AscendC;

@@ -88,6 +88,18 @@ MS_EXT_KERNEL_WITH_STATE(AttrEcho, AllKinds,
   call.output(0).copy_(at::tensor(values, at::kDouble));
 }
 
+// A state whose constructor throws an exception with an empty message (MindSpore shows nothing for Init errors,
+// so ms_ext must still say that Init failed, and never run the body on a missing state).
+struct ThrowsEmpty {
+  explicit ThrowsEmpty(const ms_ext::Attrs &) { throw std::runtime_error(""); }
+};
+
+MS_EXT_KERNEL_WITH_STATE(EmptyInitError, ThrowsEmpty,
+                         ms_ext::Signature().inputs(1).outputs(1).shapes(ms_ext::same_shape_as_input0)
+                             .types(ms_ext::same_type_as_input0)) {
+  call.output(0).copy_(call.input(0));
+}
+
 // ---- scratch buffers --------------------------------------------------------------------------------------------
 
 // Row sums of a float32 matrix computed through a scratch copy of it; output 1 says where the scratch came from

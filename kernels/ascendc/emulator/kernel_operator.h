@@ -1,7 +1,7 @@
 // CPU emulation of the Ascend C kernel API subset this project's kernels use, under the header name CANN gives it,
 // so one kernel source compiles with CANN's compiler for the NPU and with g++ here.
 //
-// Every invariant of the real hardware that would otherwise fail silently or hang (docs: ascend-c.md) is checked
+// Every invariant of the real hardware that would otherwise fail silently or hang (INVARIANTS.md, beside this header) is checked
 // and reported as ascendc_emu::AscendcEmulatorError "kernel <name>, core <i>, <Call>: <what>". Kernels run through
 // ascendc_emu::launch (ascendc_emu/launch.h), never through <<<>>>.
 //

@@ -2,7 +2,7 @@
 // Buffer in kStages tile pairs: two buffers per queue let the NPU load tile i+1 while it adds tile i.
 //
 // Preconditions (checked by the host before launch, see add_custom_tiling.h): totalLength is a multiple of
-// 256 * blockDim, so every tile is a whole number of 32-B blocks (ascend-c.md: DataCopy lengths are multiples of
+// 256 * blockDim, so every tile is a whole number of 32-B blocks (INVARIANTS.md: DataCopy lengths are multiples of
 // 32 B), and the six tile buffers fit in the UB. The kernel has no tail handling.
 #include "kernel_operator.h"
 
@@ -73,7 +73,7 @@ class HalfAdder {
   GlobalTensor<half> lhs_, rhs_, sum_;
   TPipe pipe_;
   // Depth 1: each stage enqueues one tile and the next stage dequeues it before another is enqueued; the two
-  // buffers per queue are the double buffering (ascend-c.md: depth is not the buffer count).
+  // buffers per queue are the double buffering (INVARIANTS.md: depth is not the buffer count).
   TQue<QuePosition::VECIN, 1> lhsTiles_, rhsTiles_;
   TQue<QuePosition::VECOUT, 1> sumTiles_;
 };

@@ -2,7 +2,7 @@
 //
 // Handles tails: rows are split over the cores (some get one row more, or none), and a core's last tile may hold
 // fewer than tileRows rows. Precondition (softmax_custom_tiling.h): cols is a multiple of 8, so every row is a whole
-// number of 32-B blocks and starts 32-B aligned in the UB (ascend-c.md: UB operands must be 32-B aligned).
+// number of 32-B blocks and starts 32-B aligned in the UB (INVARIANTS.md: UB operands must be 32-B aligned).
 #include "kernel_operator.h"
 
 #include "split.h"

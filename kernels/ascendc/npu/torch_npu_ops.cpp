@@ -21,7 +21,7 @@
 
 namespace {
 
-// 910B (A2/A3) Unified Buffer per core; docs/ascend-c.md.
+// 910B (A2/A3) Unified Buffer per core; kernels/ascendc/emulator/INVARIANTS.md.
 constexpr int64_t kUbBytes = 192 * 1024;
 
 void check_input(const at::Tensor &t, at::ScalarType type, const char *op) {

@@ -1,8 +1,8 @@
 // What add_custom silently requires, computed once for every host (the emulator launch and the NPU launch).
 //
-// ascend-c.md: "With blockLength = total/blockDim, 8 tiles, 2 buffers and fp16: total must be a multiple of
-// 256·blockDim (otherwise tails are never written or copies are rounded down), and on 910B total <= 262144·blockDim
-// (UB)." The UB bound is derived from the UB size, so a 256 KB part allows more.
+// With blockLength = total/blockDim, 8 tiles, 2 buffers and fp16, total must be a multiple of 256 * blockDim and,
+// on 910B, at most 262144 * blockDim (kernels/ascendc/emulator/INVARIANTS.md, "What the bundled kernels' tiling
+// requires"). The UB bound is derived from the UB size, so a 256 KB part allows more.
 #pragma once
 
 #include <cstdint>

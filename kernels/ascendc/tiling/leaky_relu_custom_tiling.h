@@ -1,6 +1,6 @@
 // Tiling of leaky_relu_custom (fp16). The length is cut into 32-B blocks of 16 elements, spread over the cores;
 // each core's range is cut into tiles of tileLength elements, and the last tile may be shorter (a tail, still a
-// whole number of blocks because ascend-c.md requires DataCopy lengths to be multiples of 32 B).
+// whole number of blocks because INVARIANTS.md requires DataCopy lengths to be multiples of 32 B).
 #pragma once
 
 #include <algorithm>

@@ -24,6 +24,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <atomic>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,13 @@
 #include "size_expr.h"
 
 namespace {
+
+// Two torch messages the bridge reacts to (torch has no error codes for them). tests/test_aten.py checks that the
+// installed torch still words them so: a change is a failing test, not a silent loss of the reaction.
+// An out= overload that must resize its output cannot write into MindSpore's (fixed) buffer:
+constexpr const char *kTorchResizeRefused = "Trying to resize storage that is not resizable";
+// An input whose gradient an operator refuses (batch norm's running statistics), followed by its name and a quote:
+constexpr const char *kTorchNotDifferentiable = "is not differentiable with respect to argument '";
 
 enum class ArgKind : int64_t {
   Tensor = 0,          // value: input index
@@ -528,7 +536,7 @@ int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
         call.check_outputs_intact();
         return;
       } catch (const c10::Error &e) {
-        if (std::string(e.what()).find("Trying to resize storage that is not resizable") == std::string::npos) throw;
+        if (std::string(e.what()).find(kTorchResizeRefused) == std::string::npos) throw;
         plan.out_op_resizes.store(true);
       }
     }
@@ -573,10 +581,9 @@ int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
         plan.op->callBoxed(s);
       } catch (const c10::Error &e) {
         const std::string what = e.what_without_backtrace();
-        const std::string marker = "is not differentiable with respect to argument '";
-        const size_t at = what.find(marker);
+        const size_t at = what.find(kTorchNotDifferentiable);
         if (at == std::string::npos || attempt >= n_in) throw;
-        const size_t start = at + marker.size();
+        const size_t start = at + std::strlen(kTorchNotDifferentiable);
         const std::string argument = what.substr(start, what.find('\'', start) - start);
         if (!plan.mark_not_differentiable(argument, layout, differentiable)) throw;
         continue;

@@ -86,8 +86,6 @@ MS_EXT_EXPORT void ms_ext_attr_value_free(ms_ext_attr_value *value);
 
 /* Asks MindSpore for `count` scratch buffers of the given byte sizes (only meaningful inside an Init hook). */
 MS_EXT_EXPORT int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t count);
-/* Number of workspace buffers requested so far, -1 on failure. */
-MS_EXT_EXPORT int64_t ms_ext_extra_workspace_count(ms_ext_extra *extra);
 
 /*
  * Per-kernel state. MindSpore keeps one pointer per kernel instance and deletes it (through a virtual

@@ -14,10 +14,10 @@
 
 namespace ascendc_emu {
 
-// ascend-c.md: DataCopy lengths are multiples of 32 B and UB operands are 32-B aligned; InitBuffer rounds every
+// INVARIANTS.md: DataCopy lengths are multiples of 32 B and UB operands are 32-B aligned; InitBuffer rounds every
 // buffer up to 32 B.
 constexpr size_t kBlockBytes = 32;
-// ascend-c.md: 192 KB of UB on 910B (A2/A3), 256 KB on 910A/310P. The A2 budget is the default.
+// INVARIANTS.md: 192 KB of UB on 910B (A2/A3), 256 KB on 910A/310P. The A2 budget is the default.
 constexpr size_t kUb910B = 192 * 1024;
 constexpr size_t kUb910A = 256 * 1024;
 constexpr int kMaxBuffersPerPipe = 64;
@@ -66,7 +66,7 @@ class CoreContext {
   const uint8_t *ub_begin() const { return ub_; }
 
   // ---- which UB bytes hold data a kernel wrote ------------------------------------------------------------------
-  // ascend-c.md: fresh UB is filled with NaN so that unwritten tails show up (0xFF bytes are NaN in fp16 and fp32),
+  // INVARIANTS.md: fresh UB is filled with NaN so that unwritten tails show up (0xFF bytes are NaN in fp16 and fp32),
   // and none of it counts as written.
   void mark_fresh(void *p, size_t bytes) {
     std::memset(p, 0xFF, bytes);

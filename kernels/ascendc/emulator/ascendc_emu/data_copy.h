@@ -1,7 +1,7 @@
 // DataCopy between GM and UB (and UB to UB).
 //
-// ascend-c.md: "`count*sizeof(T)` must be a multiple of 32 B (the NPU silently rounds DOWN otherwise); the UB
-// address must be 32-B aligned (the NPU faults); GM needs byte alignment only".
+// count * sizeof(T) must be a multiple of 32 B (the NPU silently rounds down otherwise); the UB address must be
+// 32-B aligned (the NPU faults); GM needs no alignment (INVARIANTS.md, invariant 2).
 #pragma once
 
 #include <cstdint>

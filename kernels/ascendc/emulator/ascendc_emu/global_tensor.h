@@ -1,5 +1,5 @@
-// GlobalTensor<T>: a window of GM set by SetGlobalBuffer. ascend-c.md: "a window of n elements; accesses outside
-// the window are bugs". Sub-tensors (operator[]) keep the original window, so an offset past the end is caught
+// GlobalTensor<T>: a window of GM set by SetGlobalBuffer; an access outside the window is a bug (INVARIANTS.md,
+// invariant 2). Sub-tensors (operator[]) keep the original window, so an offset past the end is caught
 // when the data is touched, not when the view is made.
 #pragma once
 

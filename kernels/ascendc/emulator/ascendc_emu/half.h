@@ -1,6 +1,7 @@
 // `half` on the CPU: IEEE 754 binary16 with round-to-nearest-even.
 //
-// ascend-c.md: "`half` is IEEE binary16 (fp16 add computed in fp32 then rounded to nearest-even is bit-exact)".
+// `half` is IEEE binary16; fp16 arithmetic computed in fp32 and rounded once to nearest-even is bit-exact with the
+// NPU (INVARIANTS.md, "Semantics reproduced").
 // Every vector operation computes in float and rounds once, which is also what numpy does for float16, so kernel
 // results can be compared with numpy bit for bit.
 #pragma once

@@ -1,7 +1,7 @@
 // Running a kernel on blockDim emulated cores.
 //
-// ascend-c.md invariant 4: "blockDim in [1, 65535]; each core has a private UB; two cores writing the same GM bytes
-// is a bug; the result must not depend on the order cores run in (run them in order, reversed, and on threads)".
+// INVARIANTS.md, invariant 4: blockDim in [1, 65535]; each core has a private UB; two cores writing the same GM
+// bytes is a bug; the result must not depend on the order the cores run in (in order, reversed, on threads).
 #pragma once
 
 #include <algorithm>

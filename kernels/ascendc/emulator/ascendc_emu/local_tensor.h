@@ -1,7 +1,7 @@
 // LocalTensor<T>: a view of one UB buffer handed out by a queue (AllocTensor/DeQue) or a TBuf (Get).
 //
 // A tensor remembers the generation of the buffer it came from; FreeTensor starts a new generation, so any copy
-// kept past FreeTensor is recognised as "use after FreeTensor" (ascend-c.md invariant 3).
+// kept past FreeTensor is recognised as "use after FreeTensor" (INVARIANTS.md invariant 3).
 #pragma once
 
 #include <cstdint>

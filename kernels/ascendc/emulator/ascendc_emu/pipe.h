@@ -1,8 +1,8 @@
 // TPipe, TQue and TBuf: UB buffers and the queue protocol between the copy-in, compute and copy-out stages.
 //
-// ascend-c.md: InitBuffer "carves `num` buffers of `len` rounded up to 32 B from the core's Unified Buffer; at most
-// 64 buffers per pipe; len 0 is an error". A TQue's depth is "how many EnQue may be outstanding without DeQue (not
-// the double-buffer count)"; a buffer cycles FREE -> AllocTensor -> EnQue -> DeQue -> FreeTensor -> FREE. On the
+// InitBuffer takes `num` buffers of `len` bytes, each rounded up to 32 B, from the core's Unified Buffer; at most
+// 64 buffers per pipe; len 0 is invalid. A TQue's depth is how many EnQue may be outstanding without a DeQue (not
+// the number of buffers); a buffer cycles FREE -> AllocTensor -> EnQue -> DeQue -> FreeTensor -> FREE. On the
 // NPU, AllocTensor with every buffer busy hangs and DeQue on an empty queue waits forever: here both are errors.
 #pragma once
 
@@ -52,7 +52,7 @@ class TQue : public BufferOwner {
   TQue(const TQue &) = delete;
   TQue &operator=(const TQue &) = delete;
 
-  // Kernel end: "every tensor freed and every queue empty" (ascend-c.md invariant 3).
+  // Kernel end: every tensor freed and every queue empty (INVARIANTS.md, invariant 3).
   ~TQue() override {
     if (core_ == nullptr) return;
     if (!fifo_.empty()) {

@@ -1,7 +1,7 @@
 // Vector instructions on UB operands, in the count form (`Add(dst, src0, src1, count)`).
 //
-// ascend-c.md: operands are "32-B aligned and hold >= count elements; dst and a source must overlap fully or not
-// at all". half arithmetic is done in float and rounded once to nearest-even (bit-exact with numpy's float16).
+// Operands are 32-B aligned and hold >= count elements; dst and a source overlap fully or not at all
+// (INVARIANTS.md, "Semantics reproduced"). half arithmetic is done in float and rounded once to nearest-even (bit-exact with numpy's float16).
 #pragma once
 
 #include <algorithm>

@@ -130,11 +130,26 @@ def classify(calls: list[Call], out) -> None:
     """Raises OutOfScope for what the bridge does not cover."""
     if not _tensors(out):
         raise OutOfScope("returns no tensor")
-    last_producer = {id(t): call for call in calls for t in _tensors(call.out)}  # in-place calls come later
+    # Tensors holding an uninitialised allocation: made by an empty-like call, or views and aliases of one
+    # (empty_like(x).detach() is still uninitialised memory). A call that writes a tensor (zero_, fill_, an
+    # out= overload) clears the mark.
+    uninitialised: dict[int, str] = {}
+    for call in calls:
+        schema = call.func._schema
+        source = None
+        if schema.name in _UNINITIALISED:
+            source = _qualified(call.func)
+        elif any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):  # a view
+            source = next((uninitialised[id(t)] for t in _tensors((call.args, call.kwargs))
+                           if id(t) in uninitialised), None)
+        for t in _tensors(call.out):
+            if source is None:
+                uninitialised.pop(id(t), None)
+            else:
+                uninitialised[id(t)] = source
     for t in _tensors(out):
-        producer = last_producer.get(id(t))
-        if producer is not None and producer.func._schema.name in _UNINITIALISED:
-            raise OutOfScope(f"output is an uninitialised allocation ({_qualified(producer.func)}) or is written "
+        if id(t) in uninitialised and t.numel() > 0:  # an empty allocation of no elements is fully defined
+            raise OutOfScope(f"output is an uninitialised allocation ({uninitialised[id(t)]}) or is written "
                              "through views of one, which the replay cannot follow")
     if not calls:
         raise OutOfScope("makes no ATen call (Python-level op)")

@@ -12,7 +12,7 @@ IN_SCOPE = ["add", "mul", "sub", "div.no_rounding_mode", "sin", "exp", "tanh", "
             "nn.functional.layer_norm", "nn.functional.mse_loss", "nn.functional.cross_entropy", "gather",
             "index_select", "topk", "sort", "max.reduction_with_dim", "cat", "transpose", "cumsum"]
 OUT_OF_SCOPE = {"nonzero": "data-dependent output", "rand_like": "random", "masked_select": "data-dependent",
-                "new_empty": "uninitialised allocation"}
+                "new_empty": "uninitialised allocation", "empty_like": "uninitialised allocation"}
 
 
 @pytest.fixture(scope="module")

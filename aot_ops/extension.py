@@ -64,11 +64,10 @@ class BuildAotExtension(build_ext):
         self.final_in_source_tree = bool(self.inplace or self.editable_mode)
         super().run()
 
-    def final_location(self, ext: AotExtension) -> Path:
-        if self.final_in_source_tree:
-            inplace_file, _ = self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)
-            return Path(inplace_file).resolve()
-        return Path(self.get_ext_fullpath(ext.name)).resolve()
+    def source_tree_location(self, ext: AotExtension) -> Path:
+        """Where an editable install leaves the library (setuptools copies it there after the build)."""
+        inplace_file, _ = self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)
+        return Path(inplace_file).resolve()
 
     def build_extension(self, ext: Extension) -> None:
         if not isinstance(ext, AotExtension):
@@ -79,7 +78,7 @@ class BuildAotExtension(build_ext):
         if self.final_in_source_tree:
             # An editable install: the library stays in the source tree and finds torch where it is now.
             torch_lib = toolchain.torch_info().lib_dir
-            runpath = ["$ORIGIN/" + os.path.relpath(torch_lib, self.final_location(ext).parent)]
+            runpath = ["$ORIGIN/" + os.path.relpath(torch_lib, self.source_tree_location(ext).parent)]
         else:
             runpath = installed_torch_runpath(ext.name)
         spec = builder.LibrarySpec(

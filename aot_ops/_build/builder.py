@@ -190,19 +190,33 @@ def run_ninja(build_dir: Path, verbose: bool = False, targets: Sequence[str] = (
     return output
 
 
-_LOAD_CHECK = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+# dlopen as MindSpore does, then name the torch libraries the dynamic loader chose (what RUNPATH resolved to).
+_LOAD_PROBE = """
+import ctypes, json, os, sys
+ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+with open("/proc/self/maps") as maps:
+    print(json.dumps(sorted({line.split()[-1] for line in maps if "/libc10.so" in line or "/libtorch_cpu.so" in line})))
+"""
 
 
-def check_loads(library: Path, log_path: Path | None = None, torch_lib_dir: str | None = None) -> None:
-    """dlopen the library with RTLD_NOW in a fresh interpreter that has not imported torch and has no
-    LD_LIBRARY_PATH: exactly the conditions under which MindSpore loads it.
-
-    A library whose RUNPATH is relative to where it will be installed cannot find torch where it is built; for
-    it `torch_lib_dir` stands in for the installed layout, and every symbol must still resolve."""
+def load_in_clean_process(library: Path, torch_lib_dir: str | None = None) -> subprocess.CompletedProcess:
+    """dlopen `library` with RTLD_NOW in a fresh interpreter that has not imported torch and has no
+    LD_LIBRARY_PATH: exactly the conditions under which MindSpore loads it. On success its stdout's last line is
+    the JSON list of the torch libraries it loaded. `torch_lib_dir` is put on LD_LIBRARY_PATH instead (see
+    check_loads)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     if torch_lib_dir is not None:
         env["LD_LIBRARY_PATH"] = torch_lib_dir
-    proc = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(library)], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(library)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def check_loads(library: Path, log_path: Path | None = None, torch_lib_dir: str | None = None) -> None:
+    """Refuse a library that does not load the way MindSpore loads it (load_in_clean_process).
+
+    A library whose RUNPATH is relative to where it will be installed cannot find torch where it is built; for
+    it `torch_lib_dir` stands in for the installed layout, and every symbol must still resolve."""
+    proc = load_in_clean_process(library, torch_lib_dir)
     if proc.returncode != 0:
         text = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if log_path is not None:

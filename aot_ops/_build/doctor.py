@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _clib
-from . import cache, cuda, private, toolchain
+from .._paths import LIB_DIR
+from . import builder, cache, cuda, private, toolchain
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 
@@ -174,7 +175,7 @@ def check_white_list() -> Finding:
         return Finding("aot white list", INFO, f"{_clib.WHITE_LIST_ENV} unset: MindSpore loads aot libraries from "
                                                "anywhere")
     outside = [f"{what} ({path})" for what, path in (("the build cache", cache.cache_root()),
-                                                     ("the bundled kernels", toolchain.PACKAGE_DIR / "lib"))
+                                                     ("the bundled kernels", LIB_DIR))
                if not _clib.inside_white_list(path)]
     if outside:
         verb = "is" if len(outside) == 1 else "are"
@@ -182,16 +183,6 @@ def check_white_list() -> Finding:
                                                "outside it; MindSpore and aot_ops refuse libraries there")
     return Finding("aot white list", OK, f"{_clib.WHITE_LIST_ENV}={folder}: the cache and the bundled kernels are "
                                          "inside it")
-
-
-# Loads a library the way MindSpore does (no torch imported, no LD_LIBRARY_PATH) and prints which torch libraries
-# the dynamic loader chose for it.
-_LOAD_PROBE = """
-import ctypes, json, os, sys
-ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
-with open("/proc/self/maps") as maps:
-    print(json.dumps(sorted({line.split()[-1] for line in maps if "/libc10.so" in line or "/libtorch_cpu.so" in line})))
-"""
 
 
 def _runpath(library: Path) -> str:
@@ -218,9 +209,7 @@ def check_bundled_library(path: Path) -> Finding:
     from . import build_info
 
     name = f"bundled {path.name}"
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    proc = subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(path)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = builder.load_in_clean_process(path)
     runpath = _runpath(path)
     if proc.returncode != 0:
         error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -240,10 +229,9 @@ def check_bundled_library(path: Path) -> Finding:
 
 
 def check_bundled_libraries() -> list[Finding]:
-    lib_dir = toolchain.PACKAGE_DIR / "lib"
-    found = sorted(lib_dir.glob("*.so"))
+    found = sorted(LIB_DIR.glob("*.so"))
     if not any(p.name == "libaot_ops_cpu.so" for p in found):
-        return [Finding("bundled kernels", WARN, f"{lib_dir / 'libaot_ops_cpu.so'} missing: build it with "
+        return [Finding("bundled kernels", WARN, f"{LIB_DIR / 'libaot_ops_cpu.so'} missing: build it with "
                                                  "`pip install --no-build-isolation -e .` (your own kernels are "
                                                  "unaffected)")]
     return [check_bundled_library(p) for p in found]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
+from .._paths import source_dir
 
 # The MindSpore release whose AotExtra class layout ms_ext/src/aot_extra_abi0.cpp mirrors.
 MINDSPORE_CONTRACT = "2.10"
@@ -22,8 +22,6 @@ MINDSPORE_CONTRACT = "2.10"
 
 def ms_ext_dir() -> Path:
     """The ms_ext tree (headers and C runtime sources), from a checkout or from inside an installed wheel."""
-    from .._paths import source_dir
-
     return source_dir("ms_ext")
 
 

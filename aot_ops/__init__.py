@@ -7,8 +7,8 @@ Public surface:
     aot_ops.from_torch(model, example_args) -> mindspore.nn.Cell
         a whole torch.nn.Module as a MindSpore Cell (both modes, training, weights both ways); PortError names
         the torch node that cannot be ported
-    aot_ops.library_path()
-        where the bundled kernel library lives, for building ops.Custom by hand
+    aot_ops.library_path(kind="cpu")
+        where a bundled kernel library lives ("cpu", "ascendc", "cuda"), for building ops.Custom by hand
     aot_ops.extension.AotExtension / BuildAotExtension, aot_ops.include_paths(), aot_ops.check_library(path)
         build an ms_ext kernel library in your own package's setup.py; check a shipped one against the installed
         torch and MindSpore (StaleLibraryError)
@@ -26,8 +26,9 @@ Public surface:
         makes a MindSpore operator. aot_ops.BuildError carries compiler errors with file and line.
     aot_ops.cache_dir(), cache_entries(), clean_cache()
         the build cache ($AOT_OPS_CACHE or ~/.cache/aot_ops)
-    aot_ops.ascendc, aot_ops.ascendc_torch, aot_ops.ascendc_runtime
-        Ascend C kernels run on the CPU emulation: MindSpore operators, torch.library operators, path counters
+    aot_ops.ascendc (.operators, .torch_ops, .runtime, .npu)
+        Ascend C kernels run on the CPU emulation: MindSpore operators, torch.library operators, path counters and
+        emulator settings, the real-NPU build
     aot_ops.cuda
         the GPU side: CUDA builds of the kernels, add2 (JIT, setuptools, CMake) for MindSpore and PyTorch
     aot_ops.conformance
@@ -38,7 +39,7 @@ import MindSpore.
 """
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -72,8 +73,6 @@ _LAZY = {
     "harness": (".harness", None),
     "extension": (".extension", None),
     "ascendc": (".ascendc", None),
-    "ascendc_torch": (".ascendc_torch", None),
-    "ascendc_runtime": (".ascendc_runtime", None),
     "cuda": (".cuda", None),
     "conformance": (".conformance", None),
     "aten": (".aten", None),
@@ -83,18 +82,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'aot_ops' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name, __name__)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

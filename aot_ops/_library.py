@@ -66,9 +66,11 @@ class Library:
             raise RuntimeError(f"library {self.name!r} was compiled but cannot be loaded here: {self.reason}")
         self._check_symbol(symbol)
         if out_shape is None and out_dtype is None:
-            from ._primitive import AotOp
+            from ._opdef import OpDef
+            from ._primitive import fresh_identity
 
-            return AotOp(self.path, symbol, bprop=bprop, attrs=attrs, identity=identity)
+            # A fresh identity unless the caller gives one: two operators of one symbol may differ in their bprop.
+            return OpDef(self.path, symbol, attrs, bprop=bprop, identity=identity or fresh_identity(symbol)).build()
         if out_shape is None or out_dtype is None:
             raise TypeError(f"{symbol}: give both out_shape and out_dtype, or neither (for a kernel with ms_ext "
                             "shape and dtype rules)")

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._signature import ms_name
+from ._dtypes import ms_name
 
 
 class InferenceError(ValueError):

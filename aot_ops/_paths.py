@@ -6,19 +6,30 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 LIB_DIR = PACKAGE_DIR / "lib"
 CPU_LIBRARY = "libaot_ops_cpu.so"
+ASCENDC_LIBRARY = "libaot_ops_ascendc.so"
+CUDA_LIBRARY = "libaot_ops_cuda.so"
+LIBRARIES = {"cpu": CPU_LIBRARY, "ascendc": ASCENDC_LIBRARY, "cuda": CUDA_LIBRARY}
 
 
-def library_path(name: str = CPU_LIBRARY) -> Path:
-    """Absolute path of a library bundled with aot_ops (the CPU ATen kernels by default).
+def library_path(kind: str = "cpu") -> Path:
+    """Absolute path of a library bundled with aot_ops: "cpu" (the ATen kernels, the default), "ascendc" (the
+    Ascend C kernels on the CPU emulator) or "cuda" (the CUDA kernels, where setup.py could build them).
 
     Use it to build `ops.Custom(f"{aot_ops.library_path()}:LeakyRelu", ..., func_type="aot")` by hand. Raises
-    FileNotFoundError when it was not built and StaleLibraryError when it was built against other torch or
-    MindSpore versions than the installed ones.
+    FileNotFoundError when it was not built (with the reason) and StaleLibraryError when it was built against
+    other torch or MindSpore versions than the installed ones.
     """
     from ._build import build_info
 
-    path = LIB_DIR / name
+    if kind not in LIBRARIES:
+        raise ValueError(f"aot_ops.library_path: unknown library {kind!r} (one of {', '.join(LIBRARIES)})")
+    path = LIB_DIR / LIBRARIES[kind]
     if not path.is_file():
+        if kind == "cuda":
+            from ._build import cuda
+
+            why = cuda.why_not_linkable(use_torch=True) or "TORCH_CUDA_ARCH_LIST was not set at install time"
+            raise FileNotFoundError(f"{path} was not built: {why}")
         raise FileNotFoundError(
             f"{path} is missing: the kernels are built at install time (`pip install --no-build-isolation -e .`, "
             "or run ./run.sh test which does it)")

@@ -1,7 +1,8 @@
 """What an MS_EXT_KERNEL entry point exports about itself, read through ctypes.
 
 - `ms_ext_signature_<NAME>()`: "inputs=1;outputs=1;infer=1;dtypes=float16,float32" (ms_ext/signature.h)
-- `ms_ext_output_types_<NAME>(n, codes_in, codes_out, capacity)`: the kernel's dtype rule, when it has one
+- `ms_ext_output_types_<NAME>(n, names_in, names_out, capacity)`: the kernel's dtype rule, when it has one; dtypes
+  cross as MindSpore's names (the table in aot_ops/_dtypes.py and ms_ext/dtypes.h)
 
 AotOp checks each call against the signature while MindSpore infers the output, so a wrong argument count or an
 unsupported dtype is reported in Python with the same words the C++ side uses, before anything is launched, and
@@ -17,27 +18,7 @@ from typing import Sequence
 import torch
 
 from ._clib import last_error, open_library
-
-# Same order as kMsDtypeOrder in ms_ext/detail/dtype.h: a dtype's index is its code in ms_ext_output_types_<NAME>.
-_MS_NAMES = {
-    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
-    "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64, "bool": torch.bool,
-    "complex64": torch.complex64, "complex128": torch.complex128,
-}
-_TORCH_TO_MS_NAME = {v: k for k, v in _MS_NAMES.items()}
-_BY_CODE = list(_MS_NAMES.values())
-_CODES = {dtype: code for code, dtype in enumerate(_BY_CODE)}
-
-
-def ms_name(dtype: torch.dtype) -> str:
-    return _TORCH_TO_MS_NAME.get(dtype, str(dtype))
-
-
-def has_ms_name(dtype: torch.dtype) -> bool:
-    """Whether MindSpore has this dtype (one of the 15 dtype strings it sends to aot kernels)."""
-    return dtype in _TORCH_TO_MS_NAME
-
+from ._dtypes import from_ms_name, ms_name
 
 class KernelSignature:
     def __init__(self, symbol: str, text: str, library: ctypes.CDLL | None = None):
@@ -46,7 +27,7 @@ class KernelSignature:
         self.inputs = int(fields["inputs"])
         self.outputs = int(fields["outputs"])
         self.infer = fields.get("infer") == "1"  # shape and dtype rules: C++ InferShape and the dtype rule
-        self.dtypes = tuple(_MS_NAMES[n] for n in fields.get("dtypes", "").split(",") if n)  # empty: any
+        self.dtypes = tuple(from_ms_name(n) for n in fields.get("dtypes", "").split(",") if n)  # empty: any
         self._library = library
         self._output_dtypes: dict[tuple, list[torch.dtype]] = {}  # PyNative asks on every call
 
@@ -69,11 +50,11 @@ class KernelSignature:
             return known
         self.check(dtypes)
         rule = getattr(self._library, f"ms_ext_output_types_{self.symbol}")
-        codes_in = (ctypes.c_int * max(len(dtypes), 1))(*[_CODES[d] for d in dtypes])
-        codes_out = (ctypes.c_int * self.outputs)()
-        if rule(len(dtypes), codes_in, codes_out, self.outputs) != 0:
+        names_in = (ctypes.c_char_p * max(len(dtypes), 1))(*[ms_name(d).encode() for d in dtypes])
+        names_out = (ctypes.c_char_p * self.outputs)()
+        if rule(len(dtypes), names_in, names_out, self.outputs) != 0:
             raise TypeError(last_error(self._library))
-        result = self._output_dtypes[key] = [_BY_CODE[c] for c in codes_out]
+        result = self._output_dtypes[key] = [from_ms_name(n.decode()) for n in names_out]
         return result
 
 
@@ -89,5 +70,5 @@ def read_signature(library: str, symbol: str) -> KernelSignature | None:
     rule = getattr(lib, f"ms_ext_output_types_{symbol}", None)
     if rule is not None:
         rule.restype = ctypes.c_int
-        rule.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        rule.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p), ctypes.c_int]
     return KernelSignature(symbol, describe().decode(), lib)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import typing as _typing
 
+from ._aten import argtypes as _argtypes
 from ._aten import operator as _operator
 from ._aten import schema as _schema
 from ._aten import sizes as _sizes
@@ -91,11 +92,9 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
         for a in candidate._schema.arguments:
             if a.is_out or a.name in args:
                 continue
-            type_name = _schema.real_type(a)[0]
-            if type_name == "Tensor":
-                args[a.name] = _schema.CALL_TIME
-            elif type_name == "List[Tensor]":
-                args[a.name] = _schema.CALL_TIME_LIST
+            placeholder = _argtypes.arg_type(a)[0].call_time
+            if placeholder is not None:
+                args[a.name] = placeholder
         try:
             call = _schema.bind(candidate, (), args)
         except TypeError as exc:
@@ -106,7 +105,7 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
     raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
 
 
-INPUT = _schema.CALL_TIME  # a tensor given at call time, in a list argument: tensors=[aten.INPUT, aten.INPUT]
+INPUT = _argtypes.CALL_TIME  # a tensor given at call time, in a list argument: tensors=[aten.INPUT, aten.INPUT]
 size = _sizes.size
 size_max = _sizes.size_max
 size_min = _sizes.size_min

@@ -16,17 +16,12 @@ from typing import Sequence
 
 import torch
 
-from . import _signature
 from ._clib import last_error, open_library
+from ._dtypes import checked_ms_name
+
 
 class AotCallError(RuntimeError):
     """The entry point failed; the message is the text it recorded (what MindSpore would show)."""
-
-
-def ms_dtype_name(dtype: torch.dtype) -> str:
-    if not _signature.has_ms_name(dtype):
-        raise TypeError(f"MindSpore has no dtype for {dtype}")
-    return _signature.ms_name(dtype)
 
 
 def _load(library: str) -> ctypes.CDLL:
@@ -74,7 +69,7 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
             arr = (ctypes.c_int64 * t.dim())(*t.shape)
             keep_alive.append(arr)
             shapes[i] = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
-        dtype_strs[i] = (dtypes[i] if dtypes is not None else ms_dtype_name(t.dtype)).encode()
+        dtype_strs[i] = (dtypes[i] if dtypes is not None else checked_ms_name(t.dtype)).encode()
     for j, w in enumerate(workspaces):
         params[n + j] = w.data_ptr()
     shim = _shim_library(lib)

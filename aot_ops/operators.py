@@ -23,13 +23,20 @@ import numpy as np
 
 from mindspore import nn
 
+from . import _bprops
+from ._opdef import Backward, OpDef
 from ._paths import library_path
-from ._primitive import AotOp, stable_identity
+from ._primitive import AotOp
 
 
-def _kernel(symbol: str, attrs: dict | None = None, bprop=None) -> AotOp:
-    library = library_path()
-    return AotOp(library, symbol, attrs=attrs, bprop=bprop, identity=stable_identity(library, symbol, attrs))
+def _define(symbol: str, attrs: dict | None = None, backward: Backward | None = None) -> AotOp:
+    """A bundled CPU kernel as an operator (forward, and its backward kernel when given)."""
+    return OpDef(library_path(), symbol, attrs, backward=backward).build()
+
+
+def _grad(symbol: str, num_inputs: int) -> Backward:
+    """The bundled `<symbol>Grad` kernel, called as grad(dout, *inputs)."""
+    return Backward(f"{symbol}Grad", _bprops.cotangent_then_inputs, num_inputs)
 
 
 # Keyword arguments are checked here, before they become attributes, so a wrong one is an error that names the
@@ -70,22 +77,11 @@ def leaky_relu(negative_slope: float = 0.01) -> AotOp:
 
 @functools.lru_cache(maxsize=None)
 def _leaky_relu(negative_slope: float) -> AotOp:
-    attrs = {"negative_slope": negative_slope}
-    grad = _kernel("LeakyReluGrad", attrs)
-
-    def bprop(x, out, dout):
-        return (grad(dout, x),)
-
-    return _kernel("LeakyRelu", attrs, bprop)
+    return _define("LeakyRelu", {"negative_slope": negative_slope}, _grad("LeakyRelu", 1))
 
 
 def _binary(symbol: str) -> AotOp:
-    grad = _kernel(f"{symbol}Grad")
-
-    def bprop(a, b, out, dout):
-        return grad(dout, a, b)
-
-    return _kernel(symbol, None, bprop)
+    return _define(symbol, None, _grad(symbol, 2))
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,16 +96,6 @@ def mul() -> AotOp:
     return _binary("Mul")
 
 
-def _reduction(symbol: str, dim, keepdim: bool) -> AotOp:
-    attrs = {"dim": list(dim), "keepdim": keepdim}
-    grad = _kernel(f"{symbol}Grad", attrs)
-
-    def bprop(x, out, dout):
-        return (grad(dout, x),)
-
-    return _kernel(symbol, attrs, bprop)
-
-
 def sum(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
     """out = x.sum(dim, keepdim); all dimensions when `dim` is None. Integer and bool inputs give int64."""
     return _cached_reduction("SumDims", _dims("sum", "dim", dim), _bool("sum", "keepdim", keepdim))
@@ -122,18 +108,13 @@ def mean(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp
 
 @functools.lru_cache(maxsize=None)
 def _cached_reduction(symbol: str, dims: tuple[int, ...], keepdim: bool) -> AotOp:
-    return _reduction(symbol, dims, keepdim)
+    return _define(symbol, {"dim": list(dims), "keepdim": keepdim}, _grad(symbol, 1))
 
 
 @functools.lru_cache(maxsize=None)
 def matmul() -> AotOp:
     """out = torch.matmul(a, b): vector, matrix, batched and broadcast operands of one dtype."""
-    grad = _kernel("MatmulGrad")
-
-    def bprop(a, b, out, dout):
-        return grad(dout, a, b)
-
-    return _kernel("Matmul", None, bprop)
+    return _define("Matmul", None, _grad("Matmul", 2))
 
 
 def softmax(dim: int = -1) -> AotOp:
@@ -143,13 +124,7 @@ def softmax(dim: int = -1) -> AotOp:
 
 @functools.lru_cache(maxsize=None)
 def _softmax(dim: int) -> AotOp:
-    attrs = {"dim": dim}
-    grad = _kernel("SoftmaxGrad", attrs)
-
-    def bprop(x, out, dout):
-        return (grad(dout, out),)
-
-    return _kernel("Softmax", attrs, bprop)
+    return _define("Softmax", {"dim": dim}, Backward("SoftmaxGrad", _bprops.cotangent_then_output))
 
 
 def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's name
@@ -159,13 +134,13 @@ def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's 
 
 @functools.lru_cache(maxsize=None)
 def _max(dim: int, keepdim: bool) -> AotOp:
-    attrs = {"dim": dim, "keepdim": keepdim}
-    grad = _kernel("MaxDimGrad", attrs)
+    return _define("MaxDim", {"dim": dim, "keepdim": keepdim}, Backward("MaxDimGrad", _max_bprop))
 
+
+def _max_bprop(grad, _num_inputs):
     def bprop(x, out, dout):
-        return (grad(dout[0], x, out[1]),)
-
-    return _kernel("MaxDim", attrs, bprop)
+        return (grad(dout[0], x, out[1]),)  # the values' cotangent, scattered to the indices
+    return bprop
 
 
 def gelu(approximate: str = "none") -> AotOp:
@@ -181,13 +156,7 @@ def gelu(approximate: str = "none") -> AotOp:
 
 @functools.lru_cache(maxsize=None)
 def _gelu(approximate: str) -> AotOp:
-    attrs = {"approximate": approximate}
-    grad = _kernel("GeluGrad", attrs)
-
-    def bprop(x, out, dout):
-        return (grad(dout, x),)
-
-    return _kernel("Gelu", attrs, bprop)
+    return _define("Gelu", {"approximate": approximate}, _grad("Gelu", 1))
 
 
 class LayerNorm(nn.Cell):
@@ -199,15 +168,16 @@ class LayerNorm(nn.Cell):
     def __init__(self, normalized_shape: Sequence[int], eps: float):
         super().__init__()
         attrs = {"normalized_shape": list(normalized_shape), "eps": float(eps)}
-        grad = _kernel("LayerNormGrad", attrs)
-
-        def bprop(x, weight, bias, out, dout):
-            return grad(dout[0], x, out[1], out[2], weight, bias)
-
-        self.op = _kernel("LayerNorm", attrs, bprop)
+        self.op = _define("LayerNorm", attrs, Backward("LayerNormGrad", _layer_norm_bprop, 3))
 
     def construct(self, x, weight, bias):
         return self.op(x, weight, bias)[0]
+
+
+def _layer_norm_bprop(grad, _num_inputs):
+    def bprop(x, weight, bias, out, dout):
+        return grad(dout[0], x, out[1], out[2], weight, bias)  # with the saved mean and rstd
+    return bprop
 
 
 def layer_norm(normalized_shape: int | Sequence[int], eps: float = 1e-5) -> LayerNorm:
@@ -237,7 +207,7 @@ def _permute(dims: tuple[int, ...]) -> AotOp:
     op = _permutes.get(dims)
     if op is not None:
         return op
-    op = _permutes[dims] = _kernel("Permute", {"dims": list(dims)})
+    op = _permutes[dims] = _define("Permute", {"dims": list(dims)})
     rank = len(dims)
     wrapped = [d % rank for d in dims] if rank else []
     if sorted(wrapped) == list(range(rank)) and wrapped != list(range(rank)):

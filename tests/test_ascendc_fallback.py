@@ -3,8 +3,8 @@ and correct, and the path counter shows which path ran."""
 import pytest
 import torch
 
-from aot_ops import ascendc_runtime as rt
-from aot_ops import ascendc_torch
+from aot_ops.ascendc import runtime as rt
+from aot_ops.ascendc import torch_ops as ascendc_torch
 from ascendc_support import nan_like, sample
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from aot_ops import ascendc_runtime as rt
-from aot_ops import ascendc_torch
+from aot_ops.ascendc import runtime as rt
+from aot_ops.ascendc import torch_ops as ascendc_torch
 from ascendc_support import ORDERS, half_bits, leaky_relu_reference, nan_like, sample
 
 

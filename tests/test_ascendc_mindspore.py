@@ -5,7 +5,7 @@ import torch
 from mindspore import nn
 
 from aot_ops import ascendc
-from aot_ops import ascendc_runtime as rt
+from aot_ops.ascendc import runtime as rt
 from ascendc_support import half_bits, leaky_relu_reference, sample
 from support import run_forward, run_vjp, to_ms, to_torch
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from aot_ops import ascendc_npu
+from aot_ops.ascendc import npu as ascendc_npu
 from support import REPO
 
 
@@ -42,7 +42,7 @@ def test_python_entry_refuses_without_cann(monkeypatch, tmp_path):
 
 
 def test_command_line_exits_with_the_message():
-    proc = subprocess.run([sys.executable, "-m", "aot_ops.ascendc_npu", "--build-dir", "unused"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "aot_ops.ascendc.npu", "--build-dir", "unused"], cwd=REPO,
                           capture_output=True, text=True, env=env_without_cann())
     assert proc.returncode == 2
     assert "error: CANN not found" in proc.stderr

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-import aot_ops.ascendc_torch  # noqa: F401  (registers torch.ops.ascendc)
-from aot_ops import ascendc_runtime as rt
+import aot_ops.ascendc.torch_ops  # noqa: F401  (registers torch.ops.ascendc)
+from aot_ops.ascendc import runtime as rt
 from ascendc_support import half_bits, leaky_relu_reference, sample
 
 

@@ -81,9 +81,29 @@ def test_missing_arch_list_is_a_clear_error(monkeypatch):
 
 def test_add2_torch_operator_has_a_fake_implementation():
     """torch.compile traces add2 through its fake implementation (registered in Python, needs no GPU)."""
-    src = (REPO / "aot_ops" / "cuda.py").read_text()
-    assert 'register_fake("aot_ops_cuda::add2")' in src
-    assert 'TORCH_LIBRARY(aot_ops_cuda, m) { m.def("add2(Tensor a, Tensor b) -> Tensor"); }' in ADD2.read_text()
+    schema = "add2(Tensor a, Tensor b) -> Tensor"
+    assert f'TORCH_LIBRARY(aot_ops_cuda, m) {{ m.def("{schema}"); }}' in ADD2.read_text()
+    # In a fresh process (so the GPU tests can still load the real library): the schema as add2.cu declares it
+    # (that library cannot be loaded without a GPU), then aot_ops' fake implementation on it, run on fake tensors.
+    code = textwrap.dedent(f"""
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        import aot_ops.cuda
+        library = torch.library.Library("aot_ops_cuda", "DEF")
+        library.define("{schema}")
+        aot_ops.cuda._register_fake(torch)
+        with FakeTensorMode():
+            a = torch.empty(3, 5, dtype=torch.float16).t()
+            out = torch.ops.aot_ops_cuda.add2(a, torch.empty(5, 3, dtype=torch.float16))
+            print(tuple(out.shape), out.dtype, out.is_contiguous())
+            try:
+                torch.ops.aot_ops_cuda.add2(a, torch.empty(3, 5, dtype=torch.float16))
+            except RuntimeError as e:
+                print("refused:", "add2: a and b must have the same shape" in str(e))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["(5, 3) torch.float16 True", "refused: True"]
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------------------

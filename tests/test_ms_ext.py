@@ -5,14 +5,11 @@ import pytest
 import torch
 
 import aot_ops
-from aot_ops import harness
+from aot_ops import _dtypes, harness
 from support import sample
 
 MS_DTYPE_STRINGS = {
-    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
-    "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64, "bool": torch.bool,
-    "complex64": torch.complex64, "complex128": torch.complex128,
+    **{name: _dtypes.from_ms_name(name) for name in _dtypes.NAMES},
     # aliases in MindSpore's documentation, with C's meaning
     "float": torch.float32, "int": torch.int32, "uint": torch.uint32,
 }
@@ -41,6 +38,27 @@ def test_unknown_dtype_string_is_an_error_naming_it(bad):
     x = torch.ones(2)
     with pytest.raises(harness.AotCallError, match=f"LeakyRelu: unsupported dtype string '{bad}'"):
         harness.call(aot_ops.library_path(), "LeakyRelu", [x], [torch.empty(2)], dtypes=[bad, "float32"])
+
+
+def test_dtype_rule_takes_and_gives_mindspore_names():
+    """The C interface of a kernel's dtype rule speaks MindSpore's dtype names, in both directions."""
+    import ctypes
+
+    from aot_ops import _clib
+    from aot_ops._signature import read_signature
+
+    path = str(aot_ops.library_path())
+    signature = read_signature(path, "Add")
+    for a, b in [(torch.int8, torch.float32), (torch.uint8, torch.int16), (torch.bool, torch.bool),
+                 (torch.float16, torch.bfloat16), (torch.int32, torch.complex64)]:
+        assert signature.output_dtypes([a, b]) == [torch.promote_types(a, b)]
+
+    rule = getattr(_clib.open_library(path), "ms_ext_output_types_Add")
+    names_out = (ctypes.c_char_p * 1)()
+    assert rule(2, (ctypes.c_char_p * 2)(b"float16", b"int64"), names_out, 1) == 0
+    assert names_out[0] == b"float16"
+    assert rule(2, (ctypes.c_char_p * 2)(b"float8", b"int64"), names_out, 1) == -1
+    assert "Add: unsupported dtype string 'float8'" in _clib.last_error(_clib.open_library(path))
 
 
 def test_wrong_parameter_count_is_an_error_before_any_access():

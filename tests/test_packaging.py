@@ -11,6 +11,7 @@ import pytest
 
 import aot_ops
 from aot_ops._build import build_info, builder
+from aot_ops._paths import LIB_DIR
 from aot_ops.extension import installed_torch_runpath
 from support import REPO
 
@@ -96,5 +97,25 @@ def test_every_documented_name_is_reachable_from_a_fresh_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
-    for name in ("ascendc", "cuda", "conformance", "ascendc_torch", "ascendc_runtime", "extension"):
+    for name in ("ascendc", "cuda", "conformance", "extension"):
         assert name in names
+
+
+def test_one_library_path_names_every_bundled_library():
+    assert aot_ops.library_path().name == "libaot_ops_cpu.so"
+    assert aot_ops.library_path("ascendc").name == "libaot_ops_ascendc.so"
+    with pytest.raises(ValueError, match=r"aot_ops.library_path: unknown library 'tpu' \(one of cpu, ascendc, cuda\)"):
+        aot_ops.library_path("tpu")
+    cuda_library = LIB_DIR / "libaot_ops_cuda.so"
+    if not cuda_library.is_file():  # this machine: no CUDA torch, so setup.py did not build it, and says why
+        with pytest.raises(FileNotFoundError, match="libaot_ops_cuda.so was not built: "):
+            aot_ops.library_path("cuda")
+
+
+def test_an_operator_definition_takes_a_backward_kernel_or_a_bprop_not_both():
+    from aot_ops._bprops import cotangent_then_inputs
+    from aot_ops._opdef import Backward, OpDef
+
+    with pytest.raises(TypeError, match="LeakyRelu: give a backward kernel or a bprop, not both"):
+        OpDef(aot_ops.library_path(), "LeakyRelu", backward=Backward("LeakyReluGrad", cotangent_then_inputs),
+              bprop=lambda x, out, dout: (dout,))

@@ -12,15 +12,16 @@ from typing import Any, Sequence
 
 import torch
 
+from .._bprops import inputs_then_cotangent
 from .._cells import OptionalInputs
 from .._meta import MetaInference
+from .._opdef import Backward, OpDef
 from .._paths import library_path
 from .._primitive import AotOp, CppInference
-from .bprops import make_bprop
+from .argtypes import CALL_TIME_LIST, arg_type
 from .encode import encode
-from .schema import CALL_TIME_LIST, BoundCall, check_in_scope, is_tensor_value, out_variant, real_type, \
-    same_as_none
-from .sizes import Size, encode_shapes, evaluate, is_symbolic
+from .schema import BoundCall, check_in_scope, out_variant
+from .sizes import Size, encode_shapes
 
 # One operator per (overload, non-tensor arguments), most recently used last. Bounded: a loop over distinct float
 # arguments (a learning-rate schedule written as aten.mul(x, lr)) would otherwise keep every primitive alive.
@@ -33,27 +34,14 @@ def _substitute(call: BoundCall, tensors: Sequence) -> tuple[list[Any], dict[str
     """The call's arguments with its tensors replaced, in input order, by `tensors` (as positional + keyword), and
     sizes computed from input shapes (aten.size) evaluated for them."""
     shapes = [None if t is None else tuple(t.shape) for t in tensors]
-    list_length = len(tensors) - _fixed_inputs(call)
+    list_length = len(tensors) - len(input_flags(call))
     it = iter(tensors)
     args, kwargs = [], {}
     for arg, value in zip(call.schema.arguments, call.values):
-        type_name, _ = real_type(arg)
         if value is CALL_TIME_LIST:
             value = [next(it) for _ in range(list_length)]
-        elif type_name == "Tensor" and is_tensor_value(value):
-            value = next(it)
-        elif value is not None and type_name == "List[Tensor]":
-            value = [next(it) for _ in value]
-        elif value is not None and type_name == "List[Optional[Tensor]]":
-            value = [None if v is None else next(it) for v in value]
-        elif type_name == "ScalarType" and value is not None and not isinstance(value, torch.dtype):
-            from .. import _dtypes
-
-            value = _dtypes.to_torch(value)
-        elif same_as_none(type_name):
-            value = None  # a CPU device would make the fake run copy out of its fake tensors
-        elif is_symbolic(value):
-            value = evaluate(value, shapes)
+        elif value is not None:
+            value = arg_type(arg)[0].to_torch(value, lambda: next(it), shapes)
         if arg.kwarg_only:
             kwargs[arg.name] = value
         else:
@@ -61,35 +49,15 @@ def _substitute(call: BoundCall, tensors: Sequence) -> tuple[list[Any], dict[str
     return args, kwargs
 
 
-def _fixed_inputs(call: BoundCall) -> int:
-    """Tensor inputs besides a tensor list left for call time."""
-    count = 0
-    for arg, value in zip(call.schema.arguments, call.values):
-        type_name, _ = real_type(arg)
-        if value is CALL_TIME_LIST or value is None:
-            continue
-        if type_name == "Tensor" and is_tensor_value(value):
-            count += 1
-        elif type_name == "List[Tensor]":
-            count += len(value)
-        elif type_name == "List[Optional[Tensor]]":
-            count += sum(v is not None for v in value)
-    return count
-
-
-def _optional_inputs(call: BoundCall) -> list[bool]:
-    """For each tensor input in order, whether the schema accepts None for it."""
+def input_flags(call: BoundCall) -> list[bool]:
+    """For each tensor input fixed in number (not a tensor list left for call time), in order, whether the schema
+    accepts None for it."""
     flags: list[bool] = []
     for arg, value in zip(call.schema.arguments, call.values):
-        type_name, optional = real_type(arg)
         if value is None or value is CALL_TIME_LIST:
             continue
-        if type_name == "Tensor" and is_tensor_value(value):
-            flags.append(optional)
-        elif type_name == "List[Tensor]":
-            flags.extend([False] * len(value))
-        elif type_name == "List[Optional[Tensor]]":
-            flags.extend([False] * sum(v is not None for v in value))
+        kind, optional = arg_type(arg)
+        flags.extend(kind.input_flags(value, optional))
     return flags
 
 
@@ -136,10 +104,10 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
     n_outputs = attrs.get("aten_num_outputs")
     # The call-time arguments as MindSpore sees them: tensors, and a tensor list as one tuple argument.
     arity = 1 if call_time_list else n
-    if call_time_list and _fixed_inputs(call):
+    if call_time_list and input_flags(call):
         raise TypeError(f"{name}: with a tensor list left for call time, give every other tensor argument when "
                         "making the operator")
-    optional = _optional_inputs(call)
+    optional = input_flags(call)
     required = len(optional) - list(reversed(optional)).index(False) if False in optional else 0
 
     if out_shapes is not None:
@@ -165,10 +133,9 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         backward_infer = MetaInference(f"{name} (backward)", backward_meta)
         forward_symbol, backward_symbol = "AtenOp", "AtenOpBackward"
     backward_inputs = None if call_time_list or n_outputs is None else n + n_outputs  # inputs, cotangents
-    backward = AotOp(library_path(), backward_symbol, infer=backward_infer, attrs=attrs,
-                     identity=identity + ".backward", num_inputs=backward_inputs)
-    return AotOp(library_path(), forward_symbol, infer=forward_infer, attrs=attrs, identity=identity,
-                 bprop=make_bprop(backward, arity), num_inputs=None if call_time_list else n,
-                 min_inputs=None if call_time_list else required)
+    backward = Backward(backward_symbol, inputs_then_cotangent, arity, infer=backward_infer,
+                        num_inputs=backward_inputs)
+    return OpDef(library_path(), forward_symbol, attrs, backward=backward, infer=forward_infer, identity=identity,
+                 num_inputs=None if call_time_list else n, min_inputs=None if call_time_list else required).build()
 
 

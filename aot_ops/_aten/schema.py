@@ -8,96 +8,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .sizes import SizeExpr
-
-class _Placeholder:
-    """A tensor argument supplied when the operator is called (aten.op(...) leaves it open)."""
-
-    def __init__(self, text: str):
-        self._text = text
-
-    def __repr__(self):
-        return self._text
-
-
-CALL_TIME = _Placeholder("aten.INPUT")              # one tensor (None allowed at call time when it is optional)
-CALL_TIME_LIST = _Placeholder("<tensor list>")    # a Tensor[] argument: its tensors, as one list or tuple
-
-
-def real_type(arg) -> tuple[str, bool]:
-    """(type without Optional, is optional), e.g. ("List[int]", True) for `int[]? dim`."""
-    text = str(arg.real_type)
-    if text.startswith("Optional[") and text.endswith("]"):
-        return text[len("Optional["):-1], True
-    return text, False
-
-
-def is_tensor_value(value: Any) -> bool:
-    import mindspore as ms
-
-    return value is CALL_TIME or isinstance(value, (ms.Tensor, torch.Tensor))
-
-
-def _is_int(value: Any) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, SizeExpr)
-
-
-def _accepts(type_name: str, value: Any, wrapped_numbers: bool = True) -> bool:
-    """Whether `value` can be passed for an argument of this (non-optional) schema type."""
-    if type_name == "Tensor":
-        # A Python number where a tensor is expected is a "wrapped number", as in torch (x * 2.0 records
-        # aten::mul.Tensor(x, 2.0)); it promotes like a scalar.
-        return is_tensor_value(value) or (wrapped_numbers and isinstance(value, (bool, int, float)))
-    if type_name == "List[Tensor]":
-        return value is CALL_TIME_LIST or (isinstance(value, (list, tuple)) and all(is_tensor_value(v) for v in value))
-    if type_name == "List[Optional[Tensor]]":
-        return isinstance(value, (list, tuple)) and all(v is None or is_tensor_value(v) for v in value)
-    if type_name in ("int", "SymInt"):
-        return _is_int(value)  # a size expression (aten.size) stands for an int known at run time
-    if type_name == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if type_name == "bool":
-        return isinstance(value, bool)
-    if type_name == "number":
-        return isinstance(value, (bool, int, float))
-    if type_name == "str":
-        return isinstance(value, str)
-    if type_name == "ScalarType":
-        return _is_dtype(value)
-    if type_name in ("List[int]", "List[SymInt]"):
-        return _is_int(value) or (isinstance(value, (list, tuple)) and all(_is_int(v) for v in value))
-    if type_name == "List[float]":
-        return isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value)
-    if type_name == "List[bool]":
-        return isinstance(value, (list, tuple)) and all(isinstance(v, bool) for v in value)
-    if type_name in _SAME_AS_NONE:
-        return _SAME_AS_NONE[type_name](value)
-    return False  # Generator, ...: only None is accepted (checked by the caller)
-
-
-# Arguments whose only meaningful values here mean the same as None: the kernel runs on CPU, on strided tensors,
-# and MindSpore receives every output as a contiguous copy (so a memory format changes no value).
-_SAME_AS_NONE = {
-    "Layout": lambda v: v == torch.strided,
-    "Device": lambda v: torch.device(v).type == "cpu" if isinstance(v, (str, torch.device)) else False,
-    "MemoryFormat": lambda v: isinstance(v, torch.memory_format),
-}
-
-
-def same_as_none(type_name: str) -> bool:
-    return type_name in _SAME_AS_NONE
-
-
-def _is_dtype(value: Any) -> bool:
-    if isinstance(value, torch.dtype):
-        return True
-    try:
-        from .. import _dtypes
-
-        _dtypes.to_torch(value)
-        return True
-    except (TypeError, KeyError, AttributeError):
-        return False
+from .argtypes import arg_type, real_type
 
 
 @dataclass(frozen=True)
@@ -142,13 +53,13 @@ def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str,
             value = a.default_value
         else:
             raise TypeError(f"missing required argument '{a.name}'")
-        type_name, optional = real_type(a)
-        if type_name == "int" and a.name == "reduction" and isinstance(value, str):
+        kind, optional = arg_type(a)
+        if real_type(a)[0] == "int" and a.name == "reduction" and isinstance(value, str):
             value = _reduction(value)  # losses take torch.nn.functional's strings too
         if value is None and optional:
             ordered.append(None)
             continue
-        if not _accepts(type_name, value, wrapped_numbers):
+        if not kind.accepts(value, wrapped_numbers):
             raise TypeError(f"argument '{a.name}' must be {a.real_type}, not {type(value).__name__}")
         ordered.append(value)
     return BoundCall(overload, tuple(ordered))

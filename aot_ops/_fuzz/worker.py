@@ -48,11 +48,6 @@ from .cases import KERNELS  # noqa: E402
 
 ms.set_device("CPU")
 LIBRARY = str(aot_ops.library_path())
-TORCH_DTYPES = {
-    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
-    "bool": torch.bool, "complex64": torch.complex64,
-}
 SYMBOLS = {"add": ["Add"], "mul": ["Mul"], "matmul": ["Matmul"], "leaky_relu": ["LeakyRelu"], "sum": ["Sum", "SumDims"],
            "mean": ["MeanDims"], "softmax": ["Softmax"], "max": ["MaxDim"], "gelu": ["Gelu"], "permute": ["Permute"],
            "layer_norm": ["LayerNorm"]}
@@ -68,7 +63,7 @@ def make_tensor(spec: dict) -> tuple[torch.Tensor, ms.Tensor]:
         base_shape[-1], base_shape[-2] = base_shape[-2], base_shape[-1]
     elif view == "slice":
         base_shape[-1] *= 2
-    base = _values(base_shape, TORCH_DTYPES[spec["dtype"]], spec["fill"], spec["seed"])
+    base = _values(base_shape, _dtypes.from_ms_name(spec["dtype"]), spec["fill"], spec["seed"])
     ms_base = to_ms(base)
     if view == "transpose":
         return base.transpose(-1, -2), ms_base.swapaxes(-1, -2)
@@ -123,7 +118,7 @@ def _declared(case, expected, torch_inputs):
     elif case["declared"] == "huge":
         shapes = [[2**40] + s for s in shapes]
     if case["out_dtype"] != "same":
-        dtypes = [TORCH_DTYPES[case["out_dtype"]]] * n
+        dtypes = [_dtypes.from_ms_name(case["out_dtype"])] * n
     ms_types = [_dtypes.to_ms(d) for d in dtypes]
     if n == 1:
         return shapes[0], ms_types[0]

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import torch
 
-from .._aten.schema import CALL_TIME
+from .._aten.argtypes import CALL_TIME
 from .._aten.sizes import SizeExpr
-from .._signature import ms_name
+from .._dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
 

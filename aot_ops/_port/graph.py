@@ -19,9 +19,9 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .._aten.schema import CALL_TIME, real_type
+from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
-from .._signature import has_ms_name
+from .._dtypes import has_ms_name
 from .errors import PortError, describe, module_of, source_line
 from .export import refusal
 
@@ -187,9 +187,8 @@ class _Reader:
         for arg in schema.arguments:
             if arg.is_out:
                 continue
-            type_name, optional = real_type(arg)
             if arg.name not in given:
-                if type_name in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]"):
+                if arg_type(arg)[0].tensors:
                     fixed[arg.name] = None  # a default None, not a tensor left for call time
                 continue
             value = given[arg.name]

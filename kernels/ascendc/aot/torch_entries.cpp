@@ -1,11 +1,11 @@
-// C entry points for PyTorch (aot_ops/ascendc_torch.py registers them with torch.library): the same operators as
+// C entry points for PyTorch (aot_ops/ascendc/torch_ops.py registers them with torch.library): the same operators as
 // the MindSpore entries, taking raw CPU buffers, one shape and MindSpore's dtype string. They return 0, or -1 with
 // the reason in ms_ext_last_error() (an emulator error included), so ctypes callers never see a C++ exception.
 #include <ATen/ops/from_blob.h>
 
 #include <ms_ext/c_api.h>
 #include <ms_ext/detail/boundary.h>
-#include <ms_ext/detail/dtype.h>
+#include <ms_ext/dtypes.h>
 
 #include <string>
 #include <vector>

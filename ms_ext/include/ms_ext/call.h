@@ -13,7 +13,7 @@
 
 #include <ms_ext/attrs.h>
 #include <ms_ext/c_api.h>
-#include <ms_ext/detail/dtype.h>
+#include <ms_ext/dtypes.h>
 #include <ms_ext/detail/raw_args.h>
 #include <ms_ext/infer.h>
 #include <ms_ext/signature.h>

@@ -23,7 +23,7 @@
 //   std::vector<int64_t> LeakyReluInferShape(int *ndims, int64_t **shapes, void *extra)
 //                                                         C++ shape inference (dynamic shapes in GRAPH_MODE)
 //   const char *ms_ext_signature_LeakyRelu(void)          the signature, for aot_ops' Python-side checks
-//   int ms_ext_output_types_LeakyRelu(...)                the dtype rule, which aot_ops calls to infer dtypes
+//   int ms_ext_output_types_LeakyRelu(...)                the dtype rule on MindSpore dtype names, for aot_ops
 // Before the body runs, the arguments are checked against the signature (parameter count, shapes, dtypes, output
 // buffers against the rules) and viewed as at::Tensor without copying; every exception reaches Python as
 // "LeakyRelu: <cause>".
@@ -54,10 +54,10 @@
     return ::ms_ext::detail::infer_shape_entry<ms_ext_signature_object_##NAME.num_outputs()>(                   \
         #NAME, ms_ext_signature_object_##NAME, ndims, shapes, extra);                                          \
   }                                                                                                            \
-  extern "C" MS_EXT_EXPORT int ms_ext_output_types_##NAME(int num_inputs, const int *input_codes,               \
-                                                          int *output_codes, int capacity) {                   \
-    return ::ms_ext::detail::output_types_entry(#NAME, ms_ext_signature_object_##NAME, num_inputs, input_codes, \
-                                                output_codes, capacity);                                       \
+  extern "C" MS_EXT_EXPORT int ms_ext_output_types_##NAME(int num_inputs, const char *const *input_dtypes,       \
+                                                          const char **output_dtypes, int capacity) {          \
+    return ::ms_ext::detail::output_types_entry(#NAME, ms_ext_signature_object_##NAME, num_inputs, input_dtypes, \
+                                                output_dtypes, capacity);                                      \
   }                                                                                                            \
   static void ms_ext_kernel_body_##NAME(::ms_ext::Call &call, const STATE &state);                             \
   extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes,                    \

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <ms_ext/detail/dtype.h>
+#include <ms_ext/dtypes.h>
 #include <ms_ext/infer.h>
 
 namespace ms_ext {

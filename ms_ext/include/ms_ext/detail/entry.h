@@ -60,31 +60,26 @@ InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature
 }
 
 // Output dtypes for aot_ops, which infers them in Python (as MindSpore tensor types; MindSpore turns a 0-dim output
-// whose type came from a C++ InferType into a Python scalar in GRAPH_MODE). Dtypes travel as indices into
-// kMsDtypeOrder. A C function: failures return -1 with the text in ms_ext_last_error.
-inline int output_types_entry(const char *name, const Signature &sig, int num_inputs, const int *input_codes,
-                              int *output_codes, int capacity) noexcept {
+// whose type came from a C++ InferType into a Python scalar in GRAPH_MODE). Dtypes travel as MindSpore's names
+// (kMsDtypes); the output names point into that static table. A C function: failures return -1 with the text in
+// ms_ext_last_error.
+inline int output_types_entry(const char *name, const Signature &sig, int num_inputs, const char *const *input_dtypes,
+                              const char **output_dtypes, int capacity) noexcept {
   try {
     if (sig.type_rule() == nullptr) throw std::logic_error("the kernel has no dtype rule (Signature::types)");
     if (num_inputs != sig.num_inputs())
       throw std::invalid_argument("expected " + std::to_string(sig.num_inputs()) + " input(s), got " +
                                   std::to_string(num_inputs));
     std::vector<at::ScalarType> dtypes;
-    for (int i = 0; i < num_inputs; ++i) {
-      if (input_codes[i] < 0 || input_codes[i] >= kNumMsDtypes)
-        throw std::invalid_argument("input " + std::to_string(i) + " has an unknown dtype code");
-      dtypes.push_back(kMsDtypeOrder[input_codes[i]]);
-    }
+    for (int i = 0; i < num_inputs; ++i) dtypes.push_back(scalar_type_from_ms(input_dtypes[i]));
     sig.check_input_dtypes(dtypes);
     const std::vector<at::ScalarType> out = sig.type_rule()(TypeArgs(dtypes));
     if (static_cast<int>(out.size()) != sig.num_outputs() || static_cast<int>(out.size()) > capacity)
       throw std::logic_error("the dtype rule returned " + std::to_string(out.size()) + " dtypes for " +
                              std::to_string(sig.num_outputs()) + " outputs");
     for (size_t k = 0; k < out.size(); ++k) {
-      output_codes[k] = -1;
-      for (int code = 0; code < kNumMsDtypes; ++code)
-        if (kMsDtypeOrder[code] == out[k]) output_codes[k] = code;
-      if (output_codes[k] < 0)
+      output_dtypes[k] = ms_dtype_name_or_null(out[k]);
+      if (output_dtypes[k] == nullptr)
         throw std::logic_error(std::string("the dtype rule produced ") + c10::toString(out[k]) +
                                ", which MindSpore has no dtype for");
     }

@@ -1,12 +1,12 @@
 """The Ascend C kernels (kernels/ascendc) as PyTorch operators on CPU, through torch.library.
 
-    import aot_ops.ascendc_torch                     # registers torch.ops.ascendc.*
+    import aot_ops.ascendc.torch_ops                 # registers torch.ops.ascendc.*
     z = torch.ops.ascendc.add_custom(x, y)           # eager
     f = torch.compile(lambda x, y: torch.ops.ascendc.add_custom(x, y) * 2)
     torch.library.opcheck(torch.ops.ascendc.add_custom.default, (x, y))
 
 Same kernel sources and the same library as the MindSpore operators (aot_ops.ascendc): the kernel runs on the CPU
-emulator when its tiling preconditions hold, ATen runs otherwise (aot_ops.ascendc_runtime.path_count tells which).
+emulator when its tiling preconditions hold, ATen runs otherwise (aot_ops.ascendc.runtime.path_count tells which).
 Each operator has a fake (meta) implementation for torch.compile and an autograd formula.
 
     operator                                          kernel path
@@ -20,15 +20,15 @@ import ctypes
 
 import torch
 
-from ._clib import last_error, open_library
-from .ascendc_runtime import library_path
-from .harness import ms_dtype_name
+from .._clib import last_error, open_library
+from .._dtypes import checked_ms_name
+from .._paths import library_path
 
 NAMESPACE = "ascendc"
 
 
 def _lib():
-    return open_library(library_path())
+    return open_library(library_path("ascendc"))
 
 
 def _call(function: str, tensors: list[torch.Tensor], *scalars) -> None:
@@ -37,7 +37,7 @@ def _call(function: str, tensors: list[torch.Tensor], *scalars) -> None:
     dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
     status = getattr(_lib(), function)(
         *[ctypes.c_void_p(t.data_ptr()) for t in tensors], dims, ctypes.c_int(len(shape)),
-        ms_dtype_name(tensors[0].dtype).encode(), *scalars)
+        checked_ms_name(tensors[0].dtype).encode(), *scalars)
     if status != 0:
         raise RuntimeError(last_error(_lib()))
 

@@ -1,4 +1,4 @@
-"""bprop functions of fixed arity for generic ATen operators.
+"""bprop functions of fixed arity: how MindSpore's autodiff calls an operator's backward kernel.
 
 MindSpore calls a Custom primitive's bprop as bprop(*inputs, out, dout), and GRAPH_MODE compiles it from its
 source: it must name every parameter (a `*args` bprop is refused) and cannot be generated with exec (MindSpore
@@ -11,8 +11,8 @@ from __future__ import annotations
 MAX_INPUTS = 8
 
 
-def make_bprop(backward, num_inputs: int):
-    """bprop for an operator with `num_inputs` tensor inputs whose backward kernel is `backward`."""
+def inputs_then_cotangent(backward, num_inputs: int):
+    """bprop calling backward(*inputs, dout): the generic ATen backward (AtenOpBackward), `num_inputs` tensors."""
     if num_inputs == 1:
         def bprop(a, out, dout):
             return (backward(a, dout),)  # one input: the backward kernel has one output
@@ -39,4 +39,27 @@ def make_bprop(backward, num_inputs: int):
             return backward(a, b, c, d, e, f, g, h, dout)
     else:
         return None  # no gradient: MindSpore reports "bprop not defined" if one is asked for
+    return bprop
+
+
+def cotangent_then_inputs(backward, num_inputs: int):
+    """bprop calling backward(dout, *inputs): the bundled kernels' <Op>Grad entries (one or two inputs)."""
+    if num_inputs == 1:
+        def bprop(x, out, dout):
+            return (backward(dout, x),)  # one input: the backward kernel has one output
+    elif num_inputs == 2:
+        def bprop(a, b, out, dout):
+            return backward(dout, a, b)
+    else:
+        raise ValueError(f"cotangent_then_inputs: {num_inputs} inputs (the bundled <Op>Grad kernels take 1 or 2)")
+    return bprop
+
+
+def cotangent_then_output(backward, num_inputs: int = 1):
+    """bprop calling backward(dout, out): kernels whose gradient is a function of their output (softmax)."""
+    if num_inputs != 1:
+        raise ValueError(f"cotangent_then_output: {num_inputs} inputs (one expected)")
+
+    def bprop(x, out, dout):
+        return (backward(dout, out),)
     return bprop

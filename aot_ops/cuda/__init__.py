@@ -3,7 +3,7 @@
 On a machine with a CUDA build of torch, nvcc and TORCH_CUDA_ARCH_LIST set, add2 is reachable three ways:
 - JIT: `aot_ops.cuda.add2_library()` (aot_ops.load of kernels/cuda/add2.cu, cached);
 - setuptools: `pip install --no-build-isolation -e .` also builds aot_ops/lib/libaot_ops_cuda.so
-  (`library_path()`), which holds add2 and the CUDA variants of every bundled kernel (LeakyRelu, Add, Mul,
+  (`aot_ops.library_path("cuda")`), which holds add2 and the CUDA variants of every bundled kernel (LeakyRelu, Add, Mul,
   Matmul, Softmax, ..., AtenOp);
 - CMake: kernels/cuda/CMakeLists.txt (find_package(Torch)).
 Each gives the MindSpore aot entry `Add2` and the PyTorch operator torch.ops.aot_ops_cuda.add2 (its fake
@@ -12,29 +12,14 @@ implementation is registered here, for torch.compile).
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
-from ._paths import LIB_DIR, source_dir
-
-CUDA_LIBRARY = "libaot_ops_cuda.so"
-
-
-def library_path() -> Path:
-    """The CUDA library setup.py built (FileNotFoundError, with the reason, where it could not be built)."""
-    from ._paths import library_path as bundled
-
-    if not (LIB_DIR / CUDA_LIBRARY).is_file():
-        from ._build import cuda
-
-        why = cuda.why_not_linkable(use_torch=True) or "TORCH_CUDA_ARCH_LIST was not set at install time"
-        raise FileNotFoundError(f"{LIB_DIR / CUDA_LIBRARY} was not built: {why}")
-    return bundled(CUDA_LIBRARY)
+from .._paths import source_dir
 
 
 @functools.lru_cache(maxsize=None)
 def add2_library():
     """add2 built just in time with aot_ops.load (cached across processes)."""
-    from ._library import load
+    from .._library import load
 
     kernels = source_dir("kernels") / "cuda"
     return load("add2", [kernels / "add2.cu"], extra_include_paths=[kernels])
@@ -43,7 +28,7 @@ def add2_library():
 def add2(library=None):
     """out = a + b on the GPU (float32, float16) as a MindSpore operator, from `library` (a path or a Library;
     default: the JIT build)."""
-    from ._primitive import AotOp
+    from .._primitive import AotOp
 
     lib = library if library is not None else add2_library()
     path = lib.path if hasattr(lib, "path") else lib

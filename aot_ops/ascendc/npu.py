@@ -1,4 +1,4 @@
-"""Build the Ascend C kernels for a real NPU (CANN + torch_npu): python -m aot_ops.ascendc_npu [--soc Ascend910B1].
+"""Build the Ascend C kernels for a real NPU (CANN + torch_npu): python -m aot_ops.ascendc.npu [--soc Ascend910B1].
 
 Off unless CANN is present: without ASCEND_HOME_PATH (or without CANN's ascendc.cmake under it) this refuses to
 start with CannNotFoundError, rather than building half of it. On an NPU machine it configures and builds
@@ -17,7 +17,7 @@ ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/ti
 
 def npu_project() -> Path:
     """The CMake project of the NPU build (kernels/ascendc/npu, shipped with the package)."""
-    from ._paths import source_dir
+    from .._paths import source_dir
 
     return source_dir("kernels") / "ascendc" / "npu"
 
@@ -56,7 +56,7 @@ def build(build_dir: Path, soc_version: str = "Ascend910B1") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aot_ops.ascendc_npu", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m aot_ops.ascendc.npu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--soc", default="Ascend910B1", help="SOC_VERSION (npu-smi info shows the chip)")
     parser.add_argument("--build-dir", default="build/ascendc_npu")

@@ -1,7 +1,7 @@
 """The Ascend C library's runtime knobs, without MindSpore or torch.library: where it is, which path its operators
 took, and how its CPU emulator schedules cores.
 
-    from aot_ops import ascendc_runtime as rt
+    from aot_ops.ascendc import runtime as rt
     rt.reset_path_counts()
     ...                                   # run aot_ops.ascendc.add_custom() or torch.ops.ascendc.add_custom
     rt.path_count("AddCustom", "kernel")  # calls that ran the Ascend C kernel on the emulator
@@ -12,23 +12,16 @@ took, and how its CPU emulator schedules cores.
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
-from ._clib import last_error, open_library
-from ._paths import library_path as _bundled_library
+from .._clib import last_error, open_library
+from .._paths import library_path
 
-LIBRARY = "libaot_ops_ascendc.so"
 UB_910B = 192 * 1024
 UB_910A = 256 * 1024
 
 
-def library_path() -> Path:
-    """The library holding the Ascend C kernels, their emulator and their aot entry points."""
-    return _bundled_library(LIBRARY)
-
-
 def _lib():
-    return open_library(library_path())
+    return open_library(library_path("ascendc"))
 
 
 def path_count(op: str, path: str) -> int:

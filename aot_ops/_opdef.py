@@ -1,0 +1,71 @@
+"""The definition of one operator: its forward kernel, its backward kernel and how MindSpore's bprop calls it.
+
+In the spirit of torch.library's CustomOpDef: every operator aot_ops hands out (the ready operators, the Ascend C
+operators, `aten.op`, `Library.op`) is an OpDef turned into MindSpore primitives by `build()`, so the pairing of
+forward and backward primitives, their shared attributes and their identities is written once.
+
+    OpDef(library, "LeakyRelu", {"negative_slope": 0.2},
+          backward=Backward("LeakyReluGrad", bprops.cotangent_then_inputs, num_grad_inputs=1)).build()
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ._primitive import AotOp, stable_identity
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The backward kernel of an operator.
+
+    `make_bprop(backward_op, num_grad_inputs)` returns MindSpore's bprop(*inputs, out, dout) calling it (see
+    _bprops.py for the common shapes; GRAPH_MODE needs a bprop that names every parameter). The kernel gets the
+    forward's attributes unless `attrs` is given, and lives in the forward's library unless `library` is given.
+    """
+
+    symbol: str
+    make_bprop: Callable[[AotOp, int], Callable]
+    num_grad_inputs: int = 1
+    attrs: Mapping[str, Any] | None = None
+    library: str | Path | None = None
+    infer: Any = None                 # as AotOp's `infer`; None: the kernel's own C++ rules
+    num_inputs: int | None = None     # as AotOp's `num_inputs`, for a kernel without an exported signature
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One operator. `backward` (a kernel) or `bprop` (a function needing no kernel of its own), or neither (no
+    gradient: MindSpore says "bprop not defined" if one is asked for). `identity` defaults to a stable one
+    (library, symbol, attributes), so equal definitions share MindSpore's cached inference."""
+
+    library: str | Path
+    symbol: str
+    attrs: Mapping[str, Any] | None = None
+    backward: Backward | None = None
+    bprop: Callable | None = None
+    infer: Any = None
+    identity: str | None = None
+    num_inputs: int | None = None
+    min_inputs: int | None = None
+
+    def __post_init__(self):
+        if self.backward is not None and self.bprop is not None:
+            raise TypeError(f"{self.symbol}: give a backward kernel or a bprop, not both")
+
+    def build(self) -> AotOp:
+        """The forward primitive, with the backward primitive inside its bprop."""
+        identity = self.identity or stable_identity(self.library, self.symbol, self.attrs)
+        bprop = self.bprop
+        if self.backward is not None:
+            b = self.backward
+            library = self.library if b.library is None else b.library
+            attrs = self.attrs if b.attrs is None else b.attrs
+            backward_identity = (f"{identity}.backward" if self.identity
+                                 else stable_identity(library, b.symbol, attrs))
+            backward_op = AotOp(library, b.symbol, infer=b.infer, attrs=attrs, num_inputs=b.num_inputs,
+                                identity=backward_identity)
+            bprop = b.make_bprop(backward_op, b.num_grad_inputs)
+        return AotOp(self.library, self.symbol, infer=self.infer, attrs=self.attrs, bprop=bprop, identity=identity,
+                     num_inputs=self.num_inputs, min_inputs=self.min_inputs)

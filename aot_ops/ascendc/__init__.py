@@ -1,0 +1,28 @@
+"""Ascend C kernels (kernels/ascendc), run here on the CPU emulation of the Ascend C API, from both frameworks.
+
+    aot_ops.ascendc.add_custom(block_dim=8)        MindSpore operators (operators.py): the kernel where its tiling
+    aot_ops.ascendc.leaky_relu_custom(...)         preconditions hold, ATen otherwise, gradients from ATen
+    aot_ops.ascendc.softmax_custom(...)
+    import aot_ops.ascendc.torch_ops               torch.ops.ascendc.* through torch.library (torch_ops.py)
+    aot_ops.ascendc.runtime                        which path ran, the emulator's core order and UB size
+                                                   (runtime.py; needs neither MindSpore nor torch.library)
+    python -m aot_ops.ascendc.npu                  the real-NPU build with CANN (npu.py; refused without CANN)
+
+The submodules load on first use, so reading path counts does not import MindSpore.
+"""
+from __future__ import annotations
+
+from .._lazy import lazy_names
+
+_LAZY = {
+    "add_custom": (".operators", "add_custom"),
+    "leaky_relu_custom": (".operators", "leaky_relu_custom"),
+    "softmax_custom": (".operators", "softmax_custom"),
+    "operators": (".operators", None),
+    "runtime": (".runtime", None),
+    "torch_ops": (".torch_ops", None),
+    "npu": (".npu", None),
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -19,23 +19,11 @@ at::Tensor view(void *data, const int64_t *shape, int ndim, const char *dtype) {
   return at::from_blob(data, sizes, at::TensorOptions().dtype(ms_ext::scalar_type_from_ms(dtype)));
 }
 
-template <typename Body>
-int guarded_c(const char *op, Body &&body) {
-  ms_ext_clear_last_error();
-  try {
-    body();
-    return 0;
-  } catch (...) {
-    ms_ext_set_last_error((std::string(op) + ": " + ms_ext::detail::describe_current_exception()).c_str());
-    return -1;
-  }
-}
-
 }  // namespace
 
 extern "C" MS_EXT_EXPORT int ascendc_torch_add_custom(void *x, void *y, void *out, const int64_t *shape, int ndim,
                                                       const char *dtype, int64_t block_dim) {
-  return guarded_c("add_custom", [&] {
+  return ms_ext::detail::guarded_status("add_custom", [&] {
     ascendc_aot::add_custom(view(x, shape, ndim, dtype), view(y, shape, ndim, dtype), view(out, shape, ndim, dtype),
                             block_dim);
   });
@@ -44,7 +32,7 @@ extern "C" MS_EXT_EXPORT int ascendc_torch_add_custom(void *x, void *y, void *ou
 extern "C" MS_EXT_EXPORT int ascendc_torch_leaky_relu_custom(void *x, void *out, const int64_t *shape, int ndim,
                                                              const char *dtype, double negative_slope,
                                                              int64_t block_dim) {
-  return guarded_c("leaky_relu_custom", [&] {
+  return ms_ext::detail::guarded_status("leaky_relu_custom", [&] {
     ascendc_aot::leaky_relu_custom(view(x, shape, ndim, dtype), view(out, shape, ndim, dtype), negative_slope,
                                    block_dim);
   });
@@ -52,7 +40,7 @@ extern "C" MS_EXT_EXPORT int ascendc_torch_leaky_relu_custom(void *x, void *out,
 
 extern "C" MS_EXT_EXPORT int ascendc_torch_softmax_custom(void *x, void *out, const int64_t *shape, int ndim,
                                                           const char *dtype, int64_t block_dim) {
-  return guarded_c("softmax_custom", [&] {
+  return ms_ext::detail::guarded_status("softmax_custom", [&] {
     if (ndim == 0) throw std::invalid_argument("softmax over the last dimension needs rank >= 1");
     ascendc_aot::softmax_custom(view(x, shape, ndim, dtype), view(out, shape, ndim, dtype), block_dim);
   });

@@ -436,26 +436,22 @@ std::vector<at::Tensor> flatten_results(const torch::jit::Stack &results) {
 // bridged calls a network makes per step (aot_ops.aten_launches()).
 std::atomic<int64_t> g_launches[2];
 
+// ms_ext's launch boundary and state lookup (ms_ext/detail/entry.h), with errors named after the ATen operator
+// once the plan is known. The generic entries have no fixed Signature (their arity comes from the attributes), so
+// they check their arguments themselves instead of through ms_ext::Call.
 template <typename Body>
 int run(const char *entry, const ms_ext::detail::RawArgs &raw, Body body) {
   std::string op_name = entry;
-  try {
-    ms_ext_clear_last_error();
-    at::NoGradGuard no_grad;  // grad mode is thread-local: set it for MindSpore's launch thread
+  ms_ext::detail::guarded(op_name, [&] {
     ms_ext::detail::DefaultPlacement::Scope scope(raw);  // the device (and on CUDA, MindSpore's stream)
     const ms_ext::Attrs attrs(raw.extra);
-    auto *data = ms_ext::detail::kernel_data<AtenPlan>(raw.extra);
-    if (data != nullptr && (!data->init_error.empty() || !data->state))
-      throw std::runtime_error("kernel initialisation failed: " + data->init_error);
     std::optional<AtenPlan> local;
-    if (data == nullptr) local.emplace(attrs);
-    const AtenPlan &plan = data != nullptr ? *data->state : *local;
+    const AtenPlan &plan =
+        ms_ext::detail::launch_state(attrs, ms_ext::detail::kernel_data<AtenPlan>(raw.extra), local);
     op_name = plan.name;
     body(plan, attrs, scope.device());
     scope.finish();
-  } catch (...) {
-    ms_ext::detail::raise(op_name.c_str(), ms_ext::detail::describe_current_exception());
-  }
+  });
   return 0;
 }
 
@@ -465,8 +461,7 @@ template <typename Rule>
 std::vector<ms_ext::Shape> infer_shapes(const char *entry, void *extra, bool several, Rule rule) {
   std::string op_name = entry;
   std::vector<ms_ext::Shape> out;
-  try {
-    ms_ext_clear_last_error();
+  ms_ext::detail::guarded(op_name, [&] {
     const ms_ext::Attrs attrs(extra);
     const AtenPlan plan(attrs);
     op_name = plan.name;
@@ -476,9 +471,7 @@ std::vector<ms_ext::Shape> infer_shapes(const char *entry, void *extra, bool sev
     if (several ? out.empty() : out.size() != 1)
       throw std::logic_error(std::string("the kernel has ") + std::to_string(out.size()) + " output(s); use " +
                              (several ? "the single-output entry" : "the entry for several outputs"));
-  } catch (...) {
-    ms_ext::detail::raise(op_name.c_str(), ms_ext::detail::describe_current_exception());
-  }
+  });
   return out;
 }
 
@@ -630,10 +623,8 @@ extern "C" MS_EXT_EXPORT const char *aot_ops_aten_refusal(const char *qualified,
   thread_local std::string answer;
   try {
     answer = refusal_of(find_operator(qualified), allow_factories != 0);
-  } catch (const c10::Error &e) {
-    answer = e.what_without_backtrace();
-  } catch (const std::exception &e) {
-    answer = e.what();
+  } catch (...) {
+    answer = ms_ext::detail::describe_current_exception();
   }
   return answer.c_str();
 }

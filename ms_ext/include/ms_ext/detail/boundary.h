@@ -12,6 +12,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <ms_ext/c_api.h>
 
@@ -39,14 +40,34 @@ inline std::string describe_current_exception() {
 
 // Runs `body` with every exception converted. Torch's grad mode is thread-local and MindSpore may launch on any of
 // its threads, so it is set explicitly for each call rather than inherited (kernels that need autograd enable it).
+// `op_name` is read when a failure is reported, so a body may name the operator once it knows it (the generic
+// ATen entry learns it from its attributes).
 template <typename Body>
-void guarded(const char *op_name, Body &&body) {
+void guarded(const std::string &op_name, Body &&body) {
   ms_ext_clear_last_error();
   try {
     at::NoGradGuard no_grad;
     body();
   } catch (...) {
-    raise(op_name, describe_current_exception());
+    raise(op_name.c_str(), describe_current_exception());
+  }
+}
+
+template <typename Body>
+void guarded(const char *op_name, Body &&body) {
+  guarded(std::string(op_name), std::forward<Body>(body));
+}
+
+// The same boundary for C callers (ctypes, a kernel's dtype rule), where no exception may escape: 0, or -1 with
+// "<Operator>: <cause>" as the thread's last error.
+template <typename Body>
+int guarded_status(const char *op_name, Body &&body) noexcept {
+  try {
+    guarded(op_name, std::forward<Body>(body));
+    return 0;
+  } catch (...) {  // guarded recorded the text; only a failure to build it (out of memory) lands here unrecorded
+    if (ms_ext_last_error()[0] == '\0') ms_ext_set_last_error(op_name);
+    return -1;
   }
 }
 

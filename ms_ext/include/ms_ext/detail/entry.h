@@ -65,7 +65,7 @@ InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature
 // ms_ext_last_error.
 inline int output_types_entry(const char *name, const Signature &sig, int num_inputs, const char *const *input_dtypes,
                               const char **output_dtypes, int capacity) noexcept {
-  try {
+  return guarded_status(name, [&] {
     if (sig.type_rule() == nullptr) throw std::logic_error("the kernel has no dtype rule (Signature::types)");
     if (num_inputs != sig.num_inputs())
       throw std::invalid_argument("expected " + std::to_string(sig.num_inputs()) + " input(s), got " +
@@ -83,11 +83,7 @@ inline int output_types_entry(const char *name, const Signature &sig, int num_in
         throw std::logic_error(std::string("the dtype rule produced ") + c10::toString(out[k]) +
                                ", which MindSpore has no dtype for");
     }
-    return 0;
-  } catch (...) {
-    ms_ext_set_last_error((std::string(name) + ": " + describe_current_exception()).c_str());
-    return -1;
-  }
+  });
 }
 
 // The Init hook: parses the state and requests scratch workspaces once per kernel. It never fails towards
@@ -130,17 +126,24 @@ KernelData<State> *kernel_data(void *extra) {
   return data == nullptr ? nullptr : static_cast<KernelData<State> *>(static_cast<KernelDataBase *>(data));
 }
 
+// The state a launch runs with: the one its Init hook parsed (refused when Init failed), or, when no Init ran (a
+// harness call), one parsed now into `local`. Every entry point, the generic ATen one included, gets it here.
+template <typename State>
+const State &launch_state(const Attrs &attrs, KernelData<State> *data, std::optional<State> &local) {
+  if (data == nullptr) return local.emplace(attrs);
+  if (!data->init_error.empty() || !data->state)
+    throw std::runtime_error("kernel initialisation failed: " + data->init_error);
+  return *data->state;
+}
+
 template <typename State, typename Body, typename Placement = DefaultPlacement>
 int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Body body) {
   guarded(name, [&] {
     typename Placement::Scope scope(raw);
     const Attrs attrs(raw.extra);
     KernelData<State> *data = kernel_data<State>(raw.extra);
-    if (data != nullptr && (!data->init_error.empty() || !data->state))
-      throw std::runtime_error("kernel initialisation failed: " + data->init_error);
     std::optional<State> local;
-    if (data == nullptr) local.emplace(attrs);  // no Init ran (e.g. a harness call): parse per call
-    const State &state = data != nullptr ? *data->state : *local;
+    const State &state = launch_state(attrs, data, local);
     Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0, scope.device());
     body(call, state);
     call.check_outputs_intact();

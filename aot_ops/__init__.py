@@ -44,10 +44,10 @@ from ._lazy import lazy_names
 __version__ = "0.1.0"
 
 _LAZY = {
-    "include_paths": ("._paths", "include_paths"),
+    "include_paths": ("._bundled", "include_paths"),
     "check_library": ("._build.build_info", "check_library"),
     "StaleLibraryError": ("._build.build_info", "StaleLibraryError"),
-    "library_path": ("._paths", "library_path"),
+    "library_path": ("._bundled", "library_path"),
     "AotOp": ("._primitive", "AotOp"),
     "last_error": ("._runtime", "last_error"),
     "live_kernel_states": ("._runtime", "live_kernel_states"),

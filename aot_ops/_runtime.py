@@ -32,7 +32,7 @@ def live_kernel_states(library: str | Path) -> int:
 def aten_launches() -> tuple[int, int]:
     """(forward, backward) launches of the generic ATen entry points of the bundled library so far: how many
     bridged calls a network makes (take the difference around a training step)."""
-    from ._paths import library_path
+    from ._bundled import library_path
 
     lib = _handle(str(library_path()))
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
@@ -41,7 +41,7 @@ def aten_launches() -> tuple[int, int]:
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""
-    from ._paths import library_path
+    from ._bundled import library_path
 
     lib = _handle(str(library_path()))
     return lib.aot_ops_aten_refusal(qualified_name.encode(), int(allow_factories)).decode("utf-8", "replace")

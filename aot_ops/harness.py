@@ -33,7 +33,7 @@ def _shim_library(target: ctypes.CDLL) -> ctypes.CDLL:
     or the bundled library's when the target was not built with ms_ext."""
     if hasattr(target, "ms_ext_guarded_call"):
         return target
-    from ._paths import library_path
+    from ._bundled import library_path
 
     return _load(str(library_path()))
 

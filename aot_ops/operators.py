@@ -25,7 +25,7 @@ from mindspore import nn
 
 from . import _bprops
 from ._opdef import Backward, OpDef
-from ._paths import library_path
+from ._bundled import library_path
 from ._primitive import AotOp
 
 

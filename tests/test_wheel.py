@@ -110,7 +110,7 @@ def test_classic_custom_op_loads_without_importing_torch(installed):
         import numpy as np
         import mindspore as ms
         from mindspore import ops
-        from aot_ops._paths import library_path
+        from aot_ops._bundled import library_path
         op = ops.Custom(f"{library_path()}:LeakyRelu", out_shape=lambda x: x, out_dtype=lambda x: x,
                         func_type="aot")
         y = op(ms.Tensor(np.array([[0.0, -0.5], [-2.0, 1.0]], np.float32))).asnumpy()

@@ -16,7 +16,7 @@ from .._bprops import inputs_then_cotangent
 from .._cells import OptionalInputs
 from .._meta import MetaInference
 from .._opdef import Backward, OpDef
-from .._paths import library_path
+from .._bundled import library_path
 from .._primitive import AotOp, CppInference
 from .argtypes import CALL_TIME_LIST, arg_type
 from .encode import encode

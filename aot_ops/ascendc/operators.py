@@ -15,7 +15,7 @@ import functools
 
 from .. import _bprops
 from .._opdef import Backward, OpDef
-from .._paths import library_path
+from .._bundled import library_path
 from .._primitive import AotOp
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from .._clib import last_error, open_library
-from .._paths import library_path
+from .._bundled import library_path
 
 UB_910B = 192 * 1024
 UB_910A = 256 * 1024

@@ -22,7 +22,7 @@ import torch
 
 from .._clib import last_error, open_library
 from .._dtypes import checked_ms_name
-from .._paths import library_path
+from .._bundled import library_path
 
 NAMESPACE = "ascendc"
 

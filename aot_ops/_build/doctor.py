@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _clib
-from .._paths import LIB_DIR
+from .._paths import CPU_LIBRARY, LIB_DIR
 from . import builder, cache, cuda, private, toolchain
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
@@ -230,8 +230,8 @@ def check_bundled_library(path: Path) -> Finding:
 
 def check_bundled_libraries() -> list[Finding]:
     found = sorted(LIB_DIR.glob("*.so"))
-    if not any(p.name == "libaot_ops_cpu.so" for p in found):
-        return [Finding("bundled kernels", WARN, f"{LIB_DIR / 'libaot_ops_cpu.so'} missing: build it with "
+    if not any(p.name == CPU_LIBRARY for p in found):
+        return [Finding("bundled kernels", WARN, f"{LIB_DIR / CPU_LIBRARY} missing: build it with "
                                                  "`pip install --no-build-isolation -e .` (your own kernels are "
                                                  "unaffected)")]
     return [check_bundled_library(p) for p in found]

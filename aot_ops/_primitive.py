@@ -117,6 +117,8 @@ class AotOp(ops.Custom):
                  identity: str | None = None, num_inputs: int | None = None, min_inputs: int | None = None):
         library = str(library)
         signature = read_signature(library, symbol)
+        if signature is not None:
+            signature.check_attrs(attrs)
         if infer is None:
             if signature is None or not signature.infer:
                 raise ValueError(f"{symbol}: the kernel in {library} has no C++ shape/dtype rules; give out_shape "

@@ -1,24 +1,52 @@
 """What an MS_EXT_KERNEL entry point exports about itself, read through ctypes.
 
-- `ms_ext_signature_<NAME>()`: "inputs=1;outputs=1;infer=1;dtypes=float16,float32" (ms_ext/signature.h)
+- `ms_ext_signature_<NAME>()`: "inputs=1;outputs=1;infer=1;dtypes=float16,float32;attrs=negative_slope:2"
+  (ms_ext/signature.h; attrs only when the kernel declares them, each as name:ms_ext_attr_kind)
 - `ms_ext_output_types_<NAME>(n, names_in, names_out, capacity)`: the kernel's dtype rule, when it has one; dtypes
   cross as MindSpore's names (the table in aot_ops/_dtypes.py and ms_ext/dtypes.h)
 
 AotOp checks each call against the signature while MindSpore infers the output, so a wrong argument count or an
 unsupported dtype is reported in Python with the same words the C++ side uses, before anything is launched, and
-it asks the kernel's own dtype rule for the output dtypes.
+it asks the kernel's own dtype rule for the output dtypes. The attributes an operator is made with are checked
+against the ones the kernel declares: a misspelt name would otherwise leave the kernel on its default.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 from ._clib import last_error, open_library
 from ._dtypes import from_ms_name, ms_name
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _is_list_of(v, item) -> bool:
+    return isinstance(v, (list, tuple)) and all(item(x) for x in v)
+
+
+# ms_ext_attr_kind (ms_ext/c_api.h): its name in messages and the Python values that travel as it.
+ATTR_KINDS = {
+    0: ("bool", lambda v: isinstance(v, bool)),
+    1: ("int", _is_int),
+    2: ("float", _is_number),
+    3: ("str", lambda v: isinstance(v, str)),
+    4: ("list of int", lambda v: _is_list_of(v, _is_int)),
+    5: ("list of float", lambda v: _is_list_of(v, _is_number)),
+    6: ("list of lists of int", lambda v: _is_list_of(v, lambda row: _is_list_of(row, _is_int))),
+    7: ("list of lists of float", lambda v: _is_list_of(v, lambda row: _is_list_of(row, _is_number))),
+}
+
 
 class KernelSignature:
     def __init__(self, symbol: str, text: str, library: ctypes.CDLL | None = None):
@@ -28,6 +56,11 @@ class KernelSignature:
         self.outputs = int(fields["outputs"])
         self.infer = fields.get("infer") == "1"  # shape and dtype rules: C++ InferShape and the dtype rule
         self.dtypes = tuple(from_ms_name(n) for n in fields.get("dtypes", "").split(",") if n)  # empty: any
+        # name -> ms_ext_attr_kind, or None when the kernel does not declare its attributes (nothing to check)
+        self.attrs: dict[str, int] | None = None
+        if "attrs" in fields:
+            pairs = (item.rsplit(":", 1) for item in fields["attrs"].split(",") if item)
+            self.attrs = {name: int(kind) for name, kind in pairs}
         self._library = library
         self._output_dtypes: dict[tuple, list[torch.dtype]] = {}  # PyNative asks on every call
 
@@ -41,6 +74,18 @@ class KernelSignature:
                 supported = ", ".join(ms_name(d) for d in self.dtypes)
                 raise TypeError(f"{self.symbol}: input {i} has dtype {ms_name(dtype)}, which this operator does not "
                                 f"support (supported: {supported})")
+
+    def check_attrs(self, attrs: Mapping[str, object] | None) -> None:
+        """Refuses attributes the kernel does not declare, or of another kind than declared."""
+        if self.attrs is None:
+            return
+        for name, value in (attrs or {}).items():
+            if name not in self.attrs:
+                declared = ", ".join(self.attrs) or "none"
+                raise TypeError(f"{self.symbol}: unknown attribute {name!r} (the kernel declares: {declared})")
+            kind_name, accepts = ATTR_KINDS[self.attrs[name]]
+            if not accepts(value):
+                raise TypeError(f"{self.symbol}: attribute {name!r} must be a {kind_name}, got {value!r}")
 
     def output_dtypes(self, dtypes: Sequence[torch.dtype]) -> list[torch.dtype]:
         """The kernel's own dtype rule (C++), evaluated for these input dtypes."""

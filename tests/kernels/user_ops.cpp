@@ -1,7 +1,10 @@
 // A user's own aot source, as `python -m aot_ops build` compiles it. Used by the tests.
 #include <ATen/ops/mul.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/tensor.h>
+
+#include <atomic>
 
 #include <ms_ext/ms_ext.h>
 
@@ -78,12 +81,16 @@ struct AllKinds {
 };
 
 std::vector<ms_ext::Shape> echo_shape(const ms_ext::ShapeArgs &args) {
-  return {{static_cast<int64_t>(AllKinds(args.attrs()).flattened().size())}};
+  return {{static_cast<int64_t>(args.state<AllKinds>().flattened().size())}};
 }
 std::vector<at::ScalarType> echo_type(const ms_ext::TypeArgs &) { return {at::kDouble}; }
 
 MS_EXT_KERNEL_WITH_STATE(AttrEcho, AllKinds,
-                         ms_ext::Signature().inputs(1).outputs(1).shapes(echo_shape).types(echo_type)) {
+                         ms_ext::Signature().inputs(1).outputs(1).shapes(echo_shape).types(echo_type)
+                             .attr<bool>("b").attr<int64_t>("i").attr<double>("f").attr<std::string>("s")
+                             .attr<std::vector<int64_t>>("il").attr<std::vector<double>>("fl")
+                             .attr<std::vector<std::vector<int64_t>>>("i2")
+                             .attr<std::vector<std::vector<float>>>("f2")) {
   const std::vector<double> values = state.flattened();
   call.output(0).copy_(at::tensor(values, at::kDouble));
 }
@@ -99,6 +106,45 @@ MS_EXT_KERNEL_WITH_STATE(EmptyInitError, ThrowsEmpty,
                              .types(ms_ext::same_type_as_input0)) {
   call.output(0).copy_(call.input(0));
 }
+
+// A kernel whose state reads an attribute its Signature does not declare: the author's mistake, reported by name.
+struct ReadsScale {
+  double scale;
+  explicit ReadsScale(const ms_ext::Attrs &attrs) : scale(attrs.get<double>("scale", 1.0)) {}
+};
+
+MS_EXT_KERNEL_WITH_STATE(ReadsUndeclared, ReadsScale,
+                         ms_ext::Signature().inputs(1).outputs(1).attr<double>("factor")
+                             .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
+  at::mul_out(call.output(0), call.input(0), at::scalar_tensor(state.scale, call.input(0).options()));
+}
+
+// A kernel with state that declares no attributes: reads are not checked (kernels written before declarations).
+MS_EXT_KERNEL_WITH_STATE(ScaleUndeclared, ReadsScale,
+                         ms_ext::Signature().inputs(1).outputs(1)
+                             .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
+  at::mul_out(call.output(0), call.input(0), at::scalar_tensor(state.scale, call.input(0).options()));
+}
+
+// A state that counts how often it is parsed (user_ops_state_parses): a launch uses the state its Init parsed, and
+// the shape rule, which checks the output buffer at every launch, reads that state instead of parsing it again.
+std::atomic<int64_t> g_state_parses{0};
+struct CountedScale {
+  double scale;
+  explicit CountedScale(const ms_ext::Attrs &attrs) : scale(attrs.get<double>("scale")) { ++g_state_parses; }
+};
+std::vector<ms_ext::Shape> counted_shape(const ms_ext::ShapeArgs &args) {
+  if (args.state<CountedScale>().scale < 0) throw std::invalid_argument("scale must not be negative");
+  return {args.shape(0)};
+}
+
+MS_EXT_KERNEL_WITH_STATE(CountedScaleOp, CountedScale,
+                         ms_ext::Signature().inputs(1).outputs(1).attr<double>("scale")
+                             .shapes(counted_shape).types(ms_ext::same_type_as_input0)) {
+  at::mul_out(call.output(0), call.input(0), at::scalar_tensor(state.scale, call.input(0).options()));
+}
+
+extern "C" MS_EXT_EXPORT int64_t user_ops_state_parses(void) { return g_state_parses.load(); }
 
 // ---- scratch buffers --------------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ struct Scale {  // parsed once per kernel, in the Init hook
 }  // namespace
 
 MS_EXT_KERNEL_WITH_STATE(ScaledTanh, Scale,
-                         ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())
+                         ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types()).attr<double>("scale")
                              .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
   at::tanh_out(call.output(0), call.input(0));
   call.output(0).mul_(state.value);
@@ -23,7 +23,7 @@ MS_EXT_KERNEL_WITH_STATE(ScaledTanh, Scale,
 
 // dx = ScaledTanhGrad(dout, x) = dout * scale * (1 - tanh(x)^2)
 MS_EXT_KERNEL_WITH_STATE(ScaledTanhGrad, Scale,
-                         ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())
+                         ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types()).attr<double>("scale")
                              .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
   at::tanh_backward_out(call.output(0), at::mul(call.input(0), state.value), at::tanh(call.input(1)));
 }

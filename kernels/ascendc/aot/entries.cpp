@@ -48,6 +48,7 @@ std::vector<at::ScalarType> one_dtype(const ms_ext::TypeArgs &args) {
 // z = AddCustom(x, y)
 MS_EXT_KERNEL_WITH_STATE(AddCustom, Launch,
                          ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<int64_t>("block_dim")
                              .shapes(same_shapes).types(one_dtype)) {
   ascendc_aot::add_custom(call.input(0), call.input(1), call.output(0), state.block_dim);
 }
@@ -55,6 +56,7 @@ MS_EXT_KERNEL_WITH_STATE(AddCustom, Launch,
 // y = LeakyReluCustom(x)
 MS_EXT_KERNEL_WITH_STATE(LeakyReluCustom, LeakyReluLaunch,
                          ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<int64_t>("block_dim").attr<double>("negative_slope")
                              .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
   ascendc_aot::leaky_relu_custom(call.input(0), call.output(0), state.negative_slope, state.block_dim);
 }
@@ -62,6 +64,7 @@ MS_EXT_KERNEL_WITH_STATE(LeakyReluCustom, LeakyReluLaunch,
 // y = SoftmaxCustom(x), over the last dimension
 MS_EXT_KERNEL_WITH_STATE(SoftmaxCustom, Launch,
                          ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<int64_t>("block_dim")
                              .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
   if (call.input(0).dim() == 0) throw std::invalid_argument("softmax over the last dimension needs rank >= 1");
   ascendc_aot::softmax_custom(call.input(0), call.output(0), state.block_dim);

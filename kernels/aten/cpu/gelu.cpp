@@ -20,6 +20,7 @@ struct Approximate {
 
 // y = gelu(x, approximate)
 MS_EXT_KERNEL_WITH_STATE(Gelu, Approximate, ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<std::string>("approximate")
                                                 .shapes(ms_ext::same_shape_as_input0)
                                                 .types(ms_ext::same_type_as_input0)) {
   at::gelu_out(call.output(0), call.input(0), state.value);
@@ -28,6 +29,7 @@ MS_EXT_KERNEL_WITH_STATE(Gelu, Approximate, ms_ext::Signature().inputs(1).output
 // dx = GeluGrad(dy, x)
 MS_EXT_KERNEL_WITH_STATE(GeluGrad, Approximate,
                          ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<std::string>("approximate")
                              .shapes(ms_ext::shapes_of_inputs_after_first)
                              .types(ms_ext::types_of_inputs_after_first)) {
   at::gelu_backward_out(call.output(0), call.input(0), call.input(1), state.value);

@@ -20,7 +20,7 @@ struct LayerNormAttrs {
 
 // y has x's shape; mean and rstd keep the leading dimensions and have size 1 in the normalised ones.
 std::vector<ms_ext::Shape> layer_norm_shapes(const ms_ext::ShapeArgs &args) {
-  const LayerNormAttrs attrs(args.attrs());
+  const auto &attrs = args.state<LayerNormAttrs>();
   if (!args.rank_known(0)) return {ms_ext::unknown_rank(), ms_ext::unknown_rank(), ms_ext::unknown_rank()};
   const ms_ext::Shape &x = args.shape(0);
   const size_t k = attrs.normalized_shape.size();
@@ -49,6 +49,7 @@ std::vector<at::ScalarType> layer_norm_grad_types(const ms_ext::TypeArgs &args) 
 // (y, mean, rstd) = native_layer_norm(x, normalized_shape, weight, bias, eps)
 MS_EXT_KERNEL_WITH_STATE(LayerNorm, LayerNormAttrs,
                          ms_ext::Signature().inputs(3).outputs(3).dtypes(ms_ext::floating_types())
+                             .attr<std::vector<int64_t>>("normalized_shape").attr<double>("eps")
                              .shapes(layer_norm_shapes).types(layer_norm_types)) {
   at::native_layer_norm_out(call.output(0), call.output(1), call.output(2), call.input(0), state.normalized_shape,
                             call.input(1), call.input(2), state.eps);
@@ -56,6 +57,7 @@ MS_EXT_KERNEL_WITH_STATE(LayerNorm, LayerNormAttrs,
 
 MS_EXT_KERNEL_WITH_STATE(LayerNormGrad, LayerNormAttrs,
                          ms_ext::Signature().inputs(6).outputs(3).dtypes(ms_ext::floating_types())
+                             .attr<std::vector<int64_t>>("normalized_shape").attr<double>("eps")
                              .shapes(layer_norm_grad_shapes).types(layer_norm_grad_types)) {
   at::native_layer_norm_backward_out(call.output(0), call.output(1), call.output(2), call.input(0), call.input(1),
                                      state.normalized_shape, call.input(2), call.input(3), call.input(4),

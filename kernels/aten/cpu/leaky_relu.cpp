@@ -17,6 +17,7 @@ struct NegativeSlope {
 // y = leaky_relu(x, negative_slope)
 MS_EXT_KERNEL_WITH_STATE(LeakyRelu, NegativeSlope,
                          ms_ext::Signature().inputs(1).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<double>("negative_slope")
                              .shapes(ms_ext::same_shape_as_input0).types(ms_ext::same_type_as_input0)) {
   at::leaky_relu_out(call.output(0), call.input(0), state.value);
 }
@@ -24,6 +25,7 @@ MS_EXT_KERNEL_WITH_STATE(LeakyRelu, NegativeSlope,
 // dx = LeakyReluGrad(dy, x)
 MS_EXT_KERNEL_WITH_STATE(LeakyReluGrad, NegativeSlope,
                          ms_ext::Signature().inputs(2).outputs(1).dtypes(ms_ext::floating_types())
+                             .attr<double>("negative_slope")
                              .shapes(ms_ext::shapes_of_inputs_after_first)
                              .types(ms_ext::types_of_inputs_after_first)) {
   at::leaky_relu_backward_out(call.output(0), call.input(0), call.input(1), state.value, /*self_is_result=*/false);

@@ -26,7 +26,7 @@ struct Dims {
 };
 
 std::vector<ms_ext::Shape> permute_shape(const ms_ext::ShapeArgs &args) {
-  const Dims dims(args.attrs());
+  const auto &dims = args.state<Dims>();
   if (!args.rank_known(0)) return {ms_ext::Shape(dims.value.size(), ms_ext::kUnknownDim)};
   const ms_ext::Shape &in = args.shape(0);
   ms_ext::Shape out;
@@ -37,7 +37,8 @@ std::vector<ms_ext::Shape> permute_shape(const ms_ext::ShapeArgs &args) {
 }  // namespace
 
 // y = x.permute(dims).contiguous(); every dtype
-MS_EXT_KERNEL_WITH_STATE(Permute, Dims, ms_ext::Signature().inputs(1).outputs(1).shapes(permute_shape)
+MS_EXT_KERNEL_WITH_STATE(Permute, Dims, ms_ext::Signature().inputs(1).outputs(1).attr<std::vector<int64_t>>("dims")
+                                            .shapes(permute_shape)
                                             .types(ms_ext::same_type_as_input0)) {
   const at::Tensor &x = call.input(0);
   call.output(0).copy_(x.permute(state.wrapped(x.dim())));

@@ -85,10 +85,12 @@ struct ReduceOne {
 
 std::vector<ms_ext::Shape> scalar_shape(const ms_ext::ShapeArgs &) { return {{}}; }
 std::vector<at::ScalarType> sum_types(const ms_ext::TypeArgs &args) { return {sum_type(args.dtype(0))}; }
-std::vector<ms_ext::Shape> reduce_shape(const ms_ext::ShapeArgs &args) { return {Reduce(args.attrs()).shape(args, 0)}; }
+std::vector<ms_ext::Shape> reduce_shape(const ms_ext::ShapeArgs &args) {
+  return {args.state<Reduce>().shape(args, 0)};
+}
 
 std::vector<ms_ext::Shape> max_shapes(const ms_ext::ShapeArgs &args) {
-  const ReduceOne r(args.attrs());
+  const auto &r = args.state<ReduceOne>();
   if (!args.rank_known(0)) return {ms_ext::unknown_rank(), ms_ext::unknown_rank()};
   ms_ext::Shape out = args.shape(0);
   if (!out.empty()) {
@@ -122,6 +124,7 @@ MS_EXT_KERNEL(SumGrad, ms_ext::Signature().inputs(2).outputs(1).dtypes(kSumTypes
 
 // out = x.sum(dim, keepdim)
 MS_EXT_KERNEL_WITH_STATE(SumDims, Reduce, ms_ext::Signature().inputs(1).outputs(1).dtypes(kSumTypes)
+                                              .attr<std::vector<int64_t>>("dim").attr<bool>("keepdim")
                                               .shapes(reduce_shape).types(sum_types)) {
   at::Tensor &out = call.output(0);
   at::sum_out(out, call.input(0), state.dims, state.keepdim, out.scalar_type());
@@ -129,6 +132,7 @@ MS_EXT_KERNEL_WITH_STATE(SumDims, Reduce, ms_ext::Signature().inputs(1).outputs(
 
 // dx = SumDimsGrad(dout, x)
 MS_EXT_KERNEL_WITH_STATE(SumDimsGrad, Reduce, ms_ext::Signature().inputs(2).outputs(1).dtypes(kSumTypes)
+                                              .attr<std::vector<int64_t>>("dim").attr<bool>("keepdim")
                                                   .shapes(shape_of_input1).types(type_of_input1)) {
   const at::Tensor &dout = call.input(0), &x = call.input(1);
   if (differentiable(x.scalar_type())) call.output(0).copy_(state.unsqueezed(dout, x.dim()).expand(x.sizes()));
@@ -137,12 +141,14 @@ MS_EXT_KERNEL_WITH_STATE(SumDimsGrad, Reduce, ms_ext::Signature().inputs(2).outp
 
 // out = x.mean(dim, keepdim)
 MS_EXT_KERNEL_WITH_STATE(MeanDims, Reduce, ms_ext::Signature().inputs(1).outputs(1).dtypes(kMeanTypes)
+                                              .attr<std::vector<int64_t>>("dim").attr<bool>("keepdim")
                                                .shapes(reduce_shape).types(ms_ext::same_type_as_input0)) {
   at::mean_out(call.output(0), call.input(0), state.dims, state.keepdim);
 }
 
 // dx = MeanDimsGrad(dout, x)
 MS_EXT_KERNEL_WITH_STATE(MeanDimsGrad, Reduce, ms_ext::Signature().inputs(2).outputs(1).dtypes(kMeanTypes)
+                                              .attr<std::vector<int64_t>>("dim").attr<bool>("keepdim")
                                                    .shapes(shape_of_input1).types(type_of_input1)) {
   const at::Tensor &dout = call.input(0), &x = call.input(1);
   const int64_t n = state.count(x.sizes());
@@ -151,12 +157,14 @@ MS_EXT_KERNEL_WITH_STATE(MeanDimsGrad, Reduce, ms_ext::Signature().inputs(2).out
 
 // (values, indices) = torch.max(x, dim, keepdim)
 MS_EXT_KERNEL_WITH_STATE(MaxDim, ReduceOne, ms_ext::Signature().inputs(1).outputs(2).dtypes(kMaxTypes)
+                                                .attr<int64_t>("dim").attr<bool>("keepdim")
                                                 .shapes(max_shapes).types(max_types)) {
   at::max_out(call.output(0), call.output(1), call.input(0), state.dim, state.keepdim);
 }
 
 // dx = MaxDimGrad(dvalues, x, indices): dvalues scattered to the selected positions, zero elsewhere.
 MS_EXT_KERNEL_WITH_STATE(MaxDimGrad, ReduceOne, ms_ext::Signature().inputs(3).outputs(1).dtypes(kMaxTypes)
+                                                .attr<int64_t>("dim").attr<bool>("keepdim")
                                                     .shapes(shape_of_input1).types(type_of_input1)) {
   const at::Tensor &dvalues = call.input(0), &x = call.input(1), &indices = call.input(2);
   if (indices.scalar_type() != at::kLong)

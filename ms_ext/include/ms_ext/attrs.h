@@ -66,11 +66,40 @@ class AttrValue {
 
 }  // namespace detail
 
+// One attribute a kernel declares in its Signature (`.attr<double>("negative_slope")`): its name and kind.
+struct AttrDecl {
+  const char *name = nullptr;
+  ms_ext_attr_kind kind = MS_EXT_ATTR_BOOL;
+};
+
+// The attributes a kernel declared; `declared` false for a kernel that declares none explicitly (reads unchecked).
+struct AttrDecls {
+  static constexpr int kCapacity = 8;
+  AttrDecl items[kCapacity] = {};
+  int count = 0;
+  bool declared = false;
+
+  const AttrDecl *find(const char *name) const {
+    for (int i = 0; i < count; ++i)
+      if (std::string(items[i].name) == name) return &items[i];
+    return nullptr;
+  }
+};
+
 class Attrs {
  public:
   explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {}
 
+  // These attributes as the kernel's state reads them: every read must be of an attribute `decls` declares,
+  // with the declared kind, so the signature aot_ops checks users' attributes against is the one the kernel uses.
+  Attrs declared_by(const AttrDecls &decls) const {
+    Attrs checked(*this);
+    if (decls.declared) checked.decls_ = &decls;
+    return checked;
+  }
+
   bool has(const char *name) const {
+    check_declared(name, nullptr);
     const int found = ms_ext_extra_has_attr(extra_, name);
     if (found < 0) throw std::runtime_error(std::string("attribute '") + name + "': " + ms_ext_last_error());
     return found == 1;
@@ -83,6 +112,7 @@ class Attrs {
   template <typename T>
   T get(const char *name) const {
     constexpr ms_ext_attr_kind kind = detail::AttrKind<T>::value;
+    check_declared(name, &kind);
     detail::AttrValue value;
     if (ms_ext_extra_get_attr(extra_, name, kind, &value.raw) != 0) {
       throw std::invalid_argument(std::string("attribute '") + name + "' (expected " +
@@ -100,7 +130,21 @@ class Attrs {
   }
 
  private:
+  // A read of an undeclared attribute is the kernel author's mistake, reported as such (not as a user error).
+  void check_declared(const char *name, const ms_ext_attr_kind *kind) const {
+    if (decls_ == nullptr) return;
+    const AttrDecl *decl = decls_->find(name);
+    if (decl == nullptr)
+      throw std::logic_error(std::string("the kernel reads attribute '") + name +
+                             "', which its Signature does not declare (add .attr<T>(\"" + name + "\"))");
+    if (kind != nullptr && decl->kind != *kind)
+      throw std::logic_error(std::string("the kernel reads attribute '") + name + "' as " +
+                             ms_ext_attr_kind_name(*kind) + ", but its Signature declares it " +
+                             ms_ext_attr_kind_name(decl->kind));
+  }
+
   ms_ext_extra *extra_;
+  const AttrDecls *decls_ = nullptr;
 };
 
 }  // namespace ms_ext

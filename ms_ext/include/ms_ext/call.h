@@ -35,11 +35,12 @@ class Call {
   // signature has rules) output shapes and dtypes. `workspaces` is how many scratch buffers MindSpore passes.
   // `device`: where MindSpore's buffers are (the CPU, or the GPU for kernels built for CUDA).
   // `none_inputs`: whether an input may be None (MindSpore passes NULL and "none"); its input() is then an
-  // undefined tensor. Only entry points whose inputs include optional tensors allow it.
+  // undefined tensor. Only entry points whose inputs include optional tensors allow it. `state`: the kernel's
+  // parsed state, which the shape rules see when they check the output buffers.
   Call(const char *name, const Signature &signature, const detail::RawArgs &raw, const Attrs &attrs, int workspaces,
-       at::Device device = at::kCPU, bool none_inputs = false)
+       at::Device device = at::kCPU, bool none_inputs = false, detail::StateRef state = {})
       : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces), device_(device),
-        none_inputs_(none_inputs) {
+        none_inputs_(none_inputs), state_(state) {
     const int n_in = signature.num_inputs(), n_out = signature.num_outputs();
     if (raw.nparam != n_in + n_out + workspaces) {
       std::ostringstream os;
@@ -105,7 +106,7 @@ class Call {
     check_index(i, signature_.num_scratch(), "scratch buffer");
     if (i < workspaces_) return raw_.params[num_inputs() + num_outputs() + i];
     if (own_scratch_.empty()) {
-      const ShapeArgs shapes(num_inputs(), raw_.ndims, raw_.shapes, attrs_);
+      const ShapeArgs shapes(num_inputs(), raw_.ndims, raw_.shapes, attrs_, state_);
       for (int64_t bytes : signature_.scratch_rule()(shapes))
         own_scratch_.push_back(at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device_)));
     }
@@ -212,7 +213,7 @@ class Call {
     std::vector<Shape> shapes;
     std::vector<at::ScalarType> types;
     if (signature_.shape_rule() != nullptr)
-      shapes = signature_.shape_rule()(ShapeArgs(num_inputs(), raw_.ndims, raw_.shapes, attrs_));
+      shapes = signature_.shape_rule()(ShapeArgs(num_inputs(), raw_.ndims, raw_.shapes, attrs_, state_));
     if (signature_.type_rule() != nullptr) types = signature_.type_rule()(TypeArgs(input_dtypes_));
     for (int i = 0; i < num_outputs(); ++i) {
       const at::Tensor &out = tensors_[num_inputs() + i];
@@ -229,6 +230,7 @@ class Call {
   int workspaces_;
   at::Device device_;
   bool none_inputs_;
+  detail::StateRef state_;
   std::vector<at::Tensor> tensors_;
   std::vector<at::ScalarType> input_dtypes_;
   std::vector<at::Tensor> own_scratch_;

@@ -27,26 +27,55 @@ constexpr int64_t kUnknownRank = -2;
 
 using Shape = std::vector<int64_t>;
 
-// The input shapes a shape rule sees: real shapes at launch, possibly unknown ones in GRAPH_MODE inference.
+namespace detail {
+
+// The kernel's parsed state handed to its rules without making every rule a template: a pointer and a tag naming
+// its type (one address per type), checked when a rule asks for it.
+template <typename State>
+inline constexpr char kStateTag = 0;
+
+struct StateRef {
+  const void *state = nullptr;
+  const void *tag = nullptr;
+  template <typename State>
+  static StateRef of(const State &state) { return {&state, &kStateTag<State>}; }
+};
+
+}  // namespace detail
+
+// The input shapes a shape rule sees: real shapes at launch, possibly unknown ones in GRAPH_MODE inference, and the
+// kernel's state (parsed from its attributes once per inference, or the one Init parsed at launch).
 class ShapeArgs {
  public:
-  ShapeArgs(int num_inputs, const int *ndims, int64_t *const *shapes, const Attrs &attrs)
-      : attrs_(attrs) {
+  ShapeArgs(int num_inputs, const int *ndims, int64_t *const *shapes, const Attrs &attrs,
+            detail::StateRef state = {})
+      : attrs_(attrs), state_(state) {
     for (int i = 0; i < num_inputs; ++i) {
       const int nd = ndims[i];
       shapes_.emplace_back(nd > 0 ? shapes[i] : nullptr, nd > 0 ? shapes[i] + nd : nullptr);
     }
   }
-  ShapeArgs(std::vector<Shape> shapes, const Attrs &attrs) : shapes_(std::move(shapes)), attrs_(attrs) {}
+  ShapeArgs(std::vector<Shape> shapes, const Attrs &attrs, detail::StateRef state = {})
+      : shapes_(std::move(shapes)), attrs_(attrs), state_(state) {}
   int num_inputs() const { return static_cast<int>(shapes_.size()); }
   const Shape &shape(int i) const { return shapes_.at(i); }
   int64_t rank(int i) const { return static_cast<int64_t>(shapes_.at(i).size()); }
   bool rank_known(int i) const { return !(shapes_.at(i).size() == 1 && shapes_.at(i)[0] == kUnknownRank); }
   const Attrs &attrs() const { return attrs_; }
 
+  // The kernel's state (MS_EXT_KERNEL_WITH_STATE's STATE): rules read parsed attributes from it instead of
+  // parsing them again.
+  template <typename State>
+  const State &state() const {
+    if (state_.state == nullptr || state_.tag != &detail::kStateTag<State>)
+      throw std::logic_error("the shape rule asks for a state type the kernel was not declared with");
+    return *static_cast<const State *>(state_.state);
+  }
+
  private:
   std::vector<Shape> shapes_;
   const Attrs &attrs_;
+  detail::StateRef state_;
 };
 
 // The input dtypes a dtype rule sees (no attributes: aot_ops evaluates the rule in Python, away from MindSpore's

@@ -10,6 +10,7 @@
 //
 //   MS_EXT_KERNEL_WITH_STATE(LeakyRelu, Slope, ms_ext::Signature().inputs(1).outputs(1)
 //                                                  .dtypes(ms_ext::floating_types())
+//                                                  .attr<double>("negative_slope")
 //                                                  .shapes(ms_ext::same_shape_as_input0)
 //                                                  .types(ms_ext::same_type_as_input0)) {
 //     at::leaky_relu_out(call.output(0), call.input(0), state.value);
@@ -24,7 +25,8 @@
 //                                                         C++ shape inference (dynamic shapes in GRAPH_MODE)
 //   const char *ms_ext_signature_LeakyRelu(void)          the signature, for aot_ops' Python-side checks
 //   int ms_ext_output_types_LeakyRelu(...)                the dtype rule on MindSpore dtype names, for aot_ops
-// Before the body runs, the arguments are checked against the signature (parameter count, shapes, dtypes, output
+// The state is parsed from the declared attributes once per kernel (Init) and once per C++ shape inference; rules
+// read it with `args.state<Slope>()`. Before the body runs, the arguments are checked against the signature (parameter count, shapes, dtypes, output
 // buffers against the rules) and viewed as at::Tensor without copying; every exception reaches Python as
 // "LeakyRelu: <cause>".
 #pragma once
@@ -51,7 +53,7 @@
   }                                                                                                            \
   extern "C" MS_EXT_EXPORT ::ms_ext::detail::InferShapeResult<ms_ext_signature_object_##NAME.num_outputs()>     \
   NAME##InferShape(int *ndims, int64_t **shapes, void *extra) {                                                \
-    return ::ms_ext::detail::infer_shape_entry<ms_ext_signature_object_##NAME.num_outputs()>(                   \
+    return ::ms_ext::detail::infer_shape_entry<ms_ext_signature_object_##NAME.num_outputs(), STATE>(            \
         #NAME, ms_ext_signature_object_##NAME, ndims, shapes, extra);                                          \
   }                                                                                                            \
   extern "C" MS_EXT_EXPORT int ms_ext_output_types_##NAME(int num_inputs, const char *const *input_dtypes,       \
@@ -69,4 +71,5 @@
   static void ms_ext_kernel_body_##NAME(::ms_ext::Call &call, [[maybe_unused]] const STATE &state)
 
 // A kernel without attributes: the body sees `ms_ext::Call &call`.
-#define MS_EXT_KERNEL(NAME, SIGNATURE) MS_EXT_KERNEL_WITH_STATE(NAME, ::ms_ext::NoState, SIGNATURE)
+#define MS_EXT_KERNEL(NAME, SIGNATURE) \
+  MS_EXT_KERNEL_WITH_STATE(NAME, ::ms_ext::NoState, (SIGNATURE).no_attributes())

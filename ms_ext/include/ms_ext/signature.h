@@ -38,6 +38,19 @@ class Signature {
   // The entry computed inputs()/outputs() from its own attributes (say, an operator's declared number of outputs),
   // so it knows where the inputs end without the `ms_ext_io` attribute Call otherwise relies on.
   constexpr Signature &split_from_attributes() { split_from_attributes_ = true; return *this; }
+  // An attribute the kernel's state reads, with its C++ type (bool, int64_t, double, std::string,
+  // std::vector<int64_t>, std::vector<double>, ...). A kernel that declares its attributes has every read checked
+  // against the declaration, and aot_ops refuses an operator given an attribute the kernel does not declare (a
+  // misspelt name would otherwise be ignored in favour of the default).
+  template <typename T>
+  constexpr Signature &attr(const char *name) {
+    if (attrs_.count == AttrDecls::kCapacity) throw std::logic_error("too many attributes for one Signature");
+    attrs_.items[attrs_.count++] = AttrDecl{name, detail::AttrKind<T>::value};
+    attrs_.declared = true;
+    return *this;
+  }
+  // The kernel reads no attributes (what MS_EXT_KERNEL, the macro without state, declares).
+  constexpr Signature &no_attributes() { attrs_.declared = true; return *this; }
 
   constexpr int num_inputs() const { return inputs_; }
   constexpr int num_outputs() const { return outputs_; }
@@ -47,6 +60,7 @@ class Signature {
   constexpr int num_scratch() const { return scratch_count_; }
   constexpr ScratchRule scratch_rule() const { return scratch_; }
   constexpr bool split_known() const { return split_from_attributes_; }
+  constexpr const AttrDecls &attributes() const { return attrs_; }
 
   // Fails with the message users see (from Python or C++) when an input dtype is not supported.
   void check_input_dtypes(const std::vector<at::ScalarType> &dtypes) const {
@@ -59,12 +73,20 @@ class Signature {
     }
   }
 
-  // "inputs=1;outputs=1;infer=1;dtypes=float16,float32" (dtypes empty = any; infer=1 when both rules exist). Every
-  // MS_EXT_KERNEL exports it as `ms_ext_signature_<NAME>`, so aot_ops checks calls in Python with the same rules
-  // and lets MindSpore use the C++ inference when the kernel has it.
+  // "inputs=1;outputs=1;infer=1;dtypes=float16,float32;attrs=negative_slope:2" (dtypes empty = any; infer=1 when
+  // both rules exist; attrs, present when declared: name:kind with kind an ms_ext_attr_kind). Every MS_EXT_KERNEL
+  // exports it as `ms_ext_signature_<NAME>`, so aot_ops checks calls in Python with the same rules and lets
+  // MindSpore use the C++ inference when the kernel has it.
   std::string describe() const {
-    return "inputs=" + std::to_string(inputs_) + ";outputs=" + std::to_string(outputs_) +
-           ";infer=" + (shapes_ != nullptr && types_ != nullptr ? "1" : "0") + ";dtypes=" + dtypes_.to_string(",");
+    std::string text = "inputs=" + std::to_string(inputs_) + ";outputs=" + std::to_string(outputs_) +
+                       ";infer=" + (shapes_ != nullptr && types_ != nullptr ? "1" : "0") +
+                       ";dtypes=" + dtypes_.to_string(",");
+    if (attrs_.declared) {
+      text += ";attrs=";
+      for (int i = 0; i < attrs_.count; ++i)
+        text += (i ? "," : "") + std::string(attrs_.items[i].name) + ":" + std::to_string(attrs_.items[i].kind);
+    }
+    return text;
   }
 
  private:
@@ -76,6 +98,7 @@ class Signature {
   int scratch_count_ = 0;
   ScratchRule scratch_ = nullptr;
   bool split_from_attributes_ = false;
+  AttrDecls attrs_;
 };
 
 }  // namespace ms_ext

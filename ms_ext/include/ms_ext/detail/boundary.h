@@ -19,17 +19,20 @@
 namespace ms_ext {
 namespace detail {
 
-// The text of the exception being handled, without c10's C++ backtrace. Call only inside a catch block.
+// The text of the exception being handled, without c10's C++ backtrace; never empty, so a report always has a cause.
+// Call only inside a catch block.
 inline std::string describe_current_exception() {
+  std::string text;
   try {
     throw;
   } catch (const c10::Error &e) {
-    return e.what_without_backtrace();
+    text = e.what_without_backtrace();
   } catch (const std::exception &e) {
-    return e.what();
+    text = e.what();
   } catch (...) {
     return "a C++ exception that does not derive from std::exception was thrown";
   }
+  return text.empty() ? "an exception with an empty message was thrown" : text;
 }
 
 [[noreturn]] inline void raise(const char *op_name, const std::string &cause) {

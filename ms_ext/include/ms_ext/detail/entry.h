@@ -36,7 +36,9 @@ inline void check_output_form(const Attrs &attrs, bool several) {
                                 " (its reg_info), but the kernel has " + (several ? "several" : "one"));
 }
 
-template <int NumOutputs>
+// The shape rule sees the state parsed from the attributes here, once (InferShape runs before, and apart from, the
+// kernel's Init, so it cannot use Init's state).
+template <int NumOutputs, typename State>
 InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature &sig, int *ndims, int64_t **shapes,
                                                void *extra) {
   InferShapeResult<NumOutputs> result;
@@ -45,8 +47,9 @@ InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature
       throw std::logic_error("the kernel has no shape rule (Signature::shapes); give out_shape in Python instead");
     const Attrs attrs(extra);
     check_output_form(attrs, NumOutputs > 1);
-    std::vector<Shape> out =
-        sig.shape_rule()(ShapeArgs(read_input_shapes(sig.num_inputs(), ndims, shapes), attrs));
+    std::vector<Shape> input_shapes = read_input_shapes(sig.num_inputs(), ndims, shapes);
+    const State state(attrs.declared_by(sig.attributes()));
+    std::vector<Shape> out = sig.shape_rule()(ShapeArgs(std::move(input_shapes), attrs, StateRef::of(state)));
     if (static_cast<int>(out.size()) != NumOutputs)
       throw std::logic_error("the shape rule returned " + std::to_string(out.size()) + " shapes for " +
                              std::to_string(NumOutputs) + " outputs");
@@ -93,10 +96,10 @@ int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **sha
   auto *data = new KernelData<State>();
   try {
     const Attrs attrs(extra);
-    data->state.emplace(attrs);
+    data->state.emplace(attrs.declared_by(sig.attributes()));
     if (sig.num_scratch() > 0) {
-      const std::vector<int64_t> bytes =
-          sig.scratch_rule()(ShapeArgs(read_input_shapes(sig.num_inputs(), ndims, shapes), attrs));
+      const std::vector<int64_t> bytes = sig.scratch_rule()(
+          ShapeArgs(read_input_shapes(sig.num_inputs(), ndims, shapes), attrs, StateRef::of(*data->state)));
       bool known = static_cast<int>(bytes.size()) == sig.num_scratch();
       for (int64_t b : bytes) known = known && b >= 0;
       if (known) {  // a size depending on a dynamic dimension is allocated per call instead
@@ -108,7 +111,6 @@ int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **sha
     }
   } catch (...) {
     data->init_error = describe_current_exception();
-    if (data->init_error.empty()) data->init_error = "an exception with an empty message was thrown";
     data->state.reset();
     ms_ext_set_last_error((std::string(name) + ": " + data->init_error).c_str());
   }
@@ -127,7 +129,8 @@ KernelData<State> *kernel_data(void *extra) {
 }
 
 // The state a launch runs with: the one its Init hook parsed (refused when Init failed), or, when no Init ran (a
-// harness call), one parsed now into `local`. Every entry point, the generic ATen one included, gets it here.
+// harness call), one parsed now from `attrs` into `local`. Every entry point, the generic ATen one included, gets
+// it here.
 template <typename State>
 const State &launch_state(const Attrs &attrs, KernelData<State> *data, std::optional<State> &local) {
   if (data == nullptr) return local.emplace(attrs);
@@ -143,8 +146,9 @@ int launch_entry(const char *name, const Signature &sig, const RawArgs &raw, Bod
     const Attrs attrs(raw.extra);
     KernelData<State> *data = kernel_data<State>(raw.extra);
     std::optional<State> local;
-    const State &state = launch_state(attrs, data, local);
-    Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0, scope.device());
+    const State &state = launch_state(attrs.declared_by(sig.attributes()), data, local);
+    Call call(name, sig, raw, attrs, data != nullptr ? data->workspaces : 0, scope.device(), /*none_inputs=*/false,
+              StateRef::of(state));
     body(call, state);
     call.check_outputs_intact();
     scope.finish();

@@ -71,13 +71,19 @@ TRAINED = [
 ]
 
 
+@pytest.fixture(params=[False, True], ids=["per_node", "fused"])
+def fuse(request):
+    """from_torch's two ways of running a graph: one aot call per node, or one per graph (fuse=True)."""
+    return request.param
+
+
 @pytest.mark.parametrize("make,shape", TRAINED, ids=[m.__name__ for m, _ in TRAINED])
-def test_training_matches_torch(make, shape, mode):
+def test_training_matches_torch(make, shape, mode, fuse):
     torch.manual_seed(1)
     model = make()
     reference = WithLoss(copy.deepcopy(model))
     data = batches(shape)
-    cell = aot_ops.from_torch(WithLoss(model), data[0])
+    cell = aot_ops.from_torch(WithLoss(model), data[0], fuse=fuse)
     losses = train_mindspore(cell, data)
     expected = train_torch(reference, data)
     for ours, theirs in zip(losses, expected):
@@ -86,13 +92,13 @@ def test_training_matches_torch(make, shape, mode):
 
 
 @pytest.mark.parametrize("make,shape", [(ResNet, (2, 3, 16, 16)), (ConvNet, (4, 3, 8, 8))], ids=["ResNet", "ConvNet"])
-def test_evaluation_mode_forward_matches_torch(make, shape, mode):
+def test_evaluation_mode_forward_matches_torch(make, shape, mode, fuse):
     torch.manual_seed(2)
     model = make()
     train_torch(WithLoss(model), batches(shape, count=2, seed=5))  # non-trivial running statistics
     model.eval()
     x = torch.randn(*shape)
-    cell = aot_ops.from_torch(model, (x,))
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
     assert not cell.training
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
     assert_state_close(cell, model)  # evaluation leaves the running statistics alone
@@ -124,11 +130,11 @@ def test_tuple_output():
     torch.testing.assert_close(to_torch(out[1][1]), x.sum())
 
 
-def test_set_train_switches_between_the_graphs(mode):
+def test_set_train_switches_between_the_graphs(mode, fuse):
     torch.manual_seed(4)
     model = ConvNet()
     x = torch.randn(4, 3, 8, 8)
-    cell = aot_ops.from_torch(model, (x,))
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
     assert cell.training  # the module was in training mode
     before = cell.torch_state_dict()["bn1.running_mean"].clone()
     train_out = to_torch(cell(to_ms(x)))

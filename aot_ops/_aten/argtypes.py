@@ -273,6 +273,23 @@ class _SameAsNone(ArgType):
         return None  # a CPU device would make the fake run copy out of its fake tensors
 
 
+class _MemoryFormat(ArgType):
+    """A memory format changes no value of a single operator's output (MindSpore receives a contiguous copy), but
+    inside a program (from_torch's fuse=True) the next node may view the result, so the format travels: as the int
+    of c10::MemoryFormat, which is how the boxed dispatcher carries it."""
+
+    CODES = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2, torch.channels_last_3d: 3}
+
+    def accepts(self, value, wrapped_numbers):
+        return isinstance(value, torch.memory_format)
+
+    def encode(self, arg, value, add_input):
+        return ArgKind.INT, self.CODES[value]
+
+    def to_torch(self, value, next_tensor, shapes):
+        return value
+
+
 _OTHER = ArgType()
 ARG_TYPES: dict[str, ArgType] = {
     "Tensor": _Tensor(),
@@ -291,7 +308,7 @@ ARG_TYPES: dict[str, ArgType] = {
     "ScalarType": _ScalarType(),
     "Layout": _SameAsNone(lambda v: v == torch.strided),
     "Device": _SameAsNone(lambda v: torch.device(v).type == "cpu" if isinstance(v, (str, torch.device)) else False),
-    "MemoryFormat": _SameAsNone(lambda v: isinstance(v, torch.memory_format)),
+    "MemoryFormat": _MemoryFormat(),
 }
 
 

@@ -29,7 +29,7 @@ __all__ = ["from_torch", "PortError", "PortedCell"]
 
 
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor, *, dynamic_batch: bool = False,
-               dynamic_shapes: Any = None) -> PortedCell:
+               dynamic_shapes: Any = None, fuse: bool = False) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args) computes.
 
     - `args`: example tensors, as for torch.export; the cell is called with MindSpore tensors of the same shapes
@@ -42,6 +42,9 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       torch): such a module is ported for evaluation only, or refused if it is in training mode.
     - `cell.load_torch_state_dict(sd)` / `cell.torch_state_dict()` move weights between the two frameworks.
     - `cell.source_file` is the generated source (one aten.op per torch node); print(cell) shows the structure.
+    - `fuse=True`: the whole forward graph runs as ONE aot call and its backward (from torch's AOTAutograd) as
+      one more, instead of one call per node: MindSpore's per-call dispatch is paid twice per training step.
+      Static shapes only for now (not with dynamic_batch/dynamic_shapes).
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
     if not isinstance(model, torch.nn.Module):
@@ -58,34 +61,48 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
         dynamic_shapes = tuple({0: batch} if a.dim() > 0 else None for a in args)
     name = type(model).__name__
 
-    graphs: dict[str, Graph] = {"eval": read(export(model, args, dynamic_shapes, training=False))}
+    if fuse and dynamic_shapes is not None:
+        raise PortError("from_torch: fuse=True runs with static shapes only; use fuse=False with dynamic_batch")
+    programs = {"eval": export(model, args, dynamic_shapes, training=False)}
+    graphs: dict[str, Graph] = {"eval": read(programs["eval"])}
     refused_training = None
     try:
-        graphs["train"] = read(export(model, args, dynamic_shapes, training=True))
+        programs["train"] = export(model, args, dynamic_shapes, training=True)
+        graphs["train"] = read(programs["train"])
     except PortError as exc:
         if model.training:
             raise
         refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
     if "train" in graphs and _same(graphs["train"], graphs["eval"]):
         graphs = {"both": graphs["eval"]}
+        programs = {"both": programs["eval"]}
+    fused = {}
+    if fuse:
+        from .fused import fuse as fuse_graph
+
+        fused = {mode: fuse_graph(programs[mode], model, args, f"{name} ({_MODE_LABELS[mode]})") for mode in graphs}
 
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state = _state_entries(model)
     aliases = {e.key: e.alias_of for e in state if e.alias_of}
     structure = Structure(modules)
     source = generate(_class_name(name), name, graphs, refused_training,
-                      lambda key: structure.state_expression(aliases.get(key, key)))
+                      lambda key: structure.state_expression(aliases.get(key, key)), fused or None)
     cls, path = _load_class(_class_name(name), source)
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
-        constants={f"{mode}_{k}": v for mode, g in graphs.items() for k, v in g.constants.items()},
+        constants={f"{mode}_{k}": v for mode, g in (fused or graphs).items() for k, v in g.constants.items()},
         inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
         training=model.training,
         refused_training=refused_training,
-        operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()})
+        operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
+        fused=fused)
     cell = cls(spec)
     cell.source_file = str(path)
     return cell
+
+
+_MODE_LABELS = {"train": "training", "eval": "evaluation", "both": "training and evaluation"}
 
 
 def _same(a: Graph, b: Graph) -> bool:

@@ -23,7 +23,8 @@ from torch.utils._pytree import tree_unflatten
 
 from .. import _dtypes
 from .._convert import to_ms, to_torch
-from .._primitive import CALL_LOCK
+from .._bundled import library_path
+from .._primitive import CALL_LOCK, AotOp, CppInference
 from .codegen import expected_input
 from .errors import PortError
 
@@ -50,6 +51,7 @@ class PortSpec:
     training: bool                             # the module's mode when it was ported
     refused_training: str | None = None        # why the training graph cannot run (dropout with p > 0)
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
+    fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
 
 
 class IncompatibleKeys(NamedTuple):
@@ -148,6 +150,15 @@ class PortedCell(nn.Cell):
     def make_operators(self) -> dict[str, OperatorSet]:
         raise NotImplementedError  # generated
 
+    def make_program(self, mode: str, bprop_factory) -> AotOp:
+        """The forward program of `mode` (fuse=True) as one operator, its bprop calling the backward program."""
+        fused = self._spec.fused[mode]
+        bprop = None
+        if bprop_factory is not None:
+            constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
+            bprop = bprop_factory(_program_operator(fused.backward), constants)
+        return _program_operator(fused.forward, bprop)
+
     def _build_modules(self, spec: PortSpec) -> None:
         structure = Structure(spec.modules)
         cells: dict[str, nn.Cell] = {"": self}
@@ -213,6 +224,13 @@ class PortedCell(nn.Cell):
                                 f"has {target}")
             parameter.set_data(to_ms(value.to(to_torch_dtype(parameter))))
         return IncompatibleKeys(missing, unexpected)
+
+
+def _program_operator(program, bprop=None) -> AotOp:
+    """One program (program.py) as an operator of the bundled library's program entry."""
+    dtypes = list(program.out_dtypes)
+    return AotOp(library_path(), program.symbol, attrs=program.attrs, bprop=bprop, num_inputs=program.num_inputs,
+                 infer=CppInference(program.num_inputs, program.num_outputs, lambda _dtypes: dtypes))
 
 
 def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:

@@ -25,10 +25,11 @@ _LINE = 118
 
 
 def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
-             state_expr: Callable[[str], str]) -> str:
+             state_expr: Callable[[str], str], fused: dict | None = None) -> str:
     """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
     when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
-    Parameter ("self.layer1[0].conv1.weight")."""
+    Parameter ("self.layer1[0].conv1.weight"). `fused` (fuse=True) maps the same modes to their fused.FusedGraph:
+    each forward method is then one program call, and a bprop per mode calls the backward program."""
     first = next(iter(graphs.values()))
     counts = ", ".join(f"{len(g.operators)} in {_MODE_WORDS[m]}" for m, g in graphs.items())
     out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
@@ -41,16 +42,24 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
            "import mindspore as _ms",
            "import torch",
            "",
+           "from mindspore import ops as _ops",
+           "",
            "from aot_ops import aten",
            "from aot_ops._port.cell import OperatorSet, PortedCell",
-           "",
-           "",
-           f"class {class_name}(PortedCell):",
-           f"    module_name = {module_name!r}",
-           "",
-           "    def make_operators(self):"]
+           ""]
+    for mode, f in (fused or {}).items():
+        out.extend(["", *_bprop(mode, f)])
+    out += ["",
+            f"class {class_name}(PortedCell):",
+            f"    module_name = {module_name!r}",
+            "",
+            "    def make_operators(self):"]
     for mode, graph in graphs.items():
         out.append(f"        {_OPS[mode]} = OperatorSet({_MODE_WORDS[mode]!r})")
+        if fused:
+            out.append(f"        {_OPS[mode]}.program = self.make_program({mode!r}, "
+                       f"{'_bprop_' + mode if fused[mode].backward else 'None'})")
+            continue
         for op in graph.operators:
             where = f"{op.module} ({op.module_kind})" if op.module else "(root)"
             comment = f"# {where}: {op.source}" if op.source else f"# {where}"
@@ -74,7 +83,10 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
         out.append(f"        return self.forward_eval({params})")
     for mode, graph in graphs.items():
         out.append("")
-        out.extend(_forward(mode, graph, state_expr))
+        if fused:
+            out.extend(_fused_forward(mode, graph, fused[mode], state_expr))
+        else:
+            out.extend(_forward(mode, graph, state_expr))
     if _has_dict(first.out_spec):
         out.extend(_flat_twin(class_name, params, first.out_spec))
     return "\n".join(out) + "\n"
@@ -130,6 +142,44 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[
     for key, name in graph.buffer_updates:
         lines.append(f"        self.assign({state_expr(key)}, {value(name)})")
     lines.append(f"        return {_structure(graph.out_spec, iter([value(o) for o in graph.outputs]))}")
+    return lines
+
+
+def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str]) -> list[str]:
+    """forward_<mode> as one program call, then the buffer updates, then the outputs."""
+    def value(kind: str, name: str) -> str:
+        return {"state": lambda: state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",
+                "input": lambda: name}[kind]()
+
+    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):"]
+    call = f"self.ops_{mode}.program({', '.join(value(k, n) for k, n in fused.inputs)})"
+    single = fused.forward.num_outputs == 1
+    lines.extend(_wrap(f"        outs = ({call},)" if single else f"        outs = {call}", "            "))
+    for key, k in fused.buffer_updates:
+        lines.append(f"        self.assign({state_expr(key)}, outs[{k}])")
+    lines.append(f"        return {_structure(graph.out_spec, iter([f'outs[{k}]' for k in fused.user_outputs]))}")
+    return lines
+
+
+def _bprop(mode: str, fused) -> list[str]:
+    """A module-level bprop factory for the forward program of `mode`: GRAPH_MODE compiles a bprop from its source,
+    which must name every input (no *args)."""
+    if fused.backward is None:
+        return []
+    n = fused.forward.num_inputs
+    params = [f"a{i}" for i in range(n)]
+    single_out = fused.forward.num_outputs == 1
+    saved = [f"a{i}" if kind == "input" else ("out" if single_out else f"out[{i}]") for kind, i in fused.saved]
+    tangents = ["dout" if single_out else f"dout[{k}]" for k in fused.tangents]
+    constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
+    call = f"backward({', '.join(saved + tangents + constants)})"
+    grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
+    lines = [f"def _bprop_{mode}(backward, constants):",
+             *_wrap(f"    def bprop({', '.join(params + ['out', 'dout'])}):", "            ")]
+    lines.extend(_wrap(f"        g = ({call},)" if fused.backward.num_outputs == 1 else f"        g = {call}",
+                       "            "))
+    lines.extend(_wrap(f"        return ({', '.join(grads)},)", "            "))
+    lines.append("    return bprop")
     return lines
 
 

@@ -296,3 +296,32 @@ def _bind_symbols(input_vals: list) -> dict[sympy.Symbol, SizeExpr]:
     for symbol, value in derived.items():
         bindings.setdefault(symbol, value)
     return bindings
+
+
+def read_module(module: torch.fx.GraphModule) -> tuple[Graph, list[str], list[str | None]]:
+    """A plain fx graph of ATen calls (AOTAutograd's forward or backward graph) -> (graph, its placeholders in
+    order, its outputs in order: value names, None where the graph returns None)."""
+    graph = Graph(inputs=[], state={}, constants={})
+    placeholders = []
+    for node in module.graph.nodes:
+        if node.op == "placeholder":
+            placeholders.append(node.name)
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                graph.inputs.append(UserInput(node.name, tuple(d if isinstance(d, int) else None for d in val.shape),
+                                              val.dtype))
+    reader = _Reader(graph)
+    for node in module.graph.nodes:
+        if node.op == "call_function":
+            reader.visit(node)
+    output_node = next(n for n in module.graph.nodes if n.op == "output")
+    values = output_node.args[0]
+    outputs: list[str | None] = []
+    for value in values if isinstance(values, (tuple, list)) else [values]:
+        if value is None:
+            outputs.append(None)
+        elif isinstance(value, torch.fx.Node):
+            outputs.append(reader.value(value))
+        else:
+            raise PortError(f"the graph returns a constant ({value!r}), not a tensor")
+    return graph, placeholders, outputs

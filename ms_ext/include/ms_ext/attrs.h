@@ -98,9 +98,18 @@ class Attrs {
     return checked;
   }
 
+  // The attributes whose names start with `prefix`, read without it: one primitive carrying the attributes of
+  // several parts (the program entry's nodes: "n3_aten_op" is node 3's "aten_op").
+  Attrs prefixed(const std::string &prefix) const {
+    Attrs part(*this);
+    part.prefix_ = prefix_ + prefix;
+    return part;
+  }
+
   bool has(const char *name) const {
     check_declared(name, nullptr);
-    const int found = ms_ext_extra_has_attr(extra_, name);
+    const std::string full = prefix_ + name;
+    const int found = ms_ext_extra_has_attr(extra_, full.c_str());
     if (found < 0) throw std::runtime_error(std::string("attribute '") + name + "': " + ms_ext_last_error());
     return found == 1;
   }
@@ -114,8 +123,9 @@ class Attrs {
     constexpr ms_ext_attr_kind kind = detail::AttrKind<T>::value;
     check_declared(name, &kind);
     detail::AttrValue value;
-    if (ms_ext_extra_get_attr(extra_, name, kind, &value.raw) != 0) {
-      throw std::invalid_argument(std::string("attribute '") + name + "' (expected " +
+    const std::string full = prefix_ + name;
+    if (ms_ext_extra_get_attr(extra_, full.c_str(), kind, &value.raw) != 0) {
+      throw std::invalid_argument(std::string("attribute '") + full + "' (expected " +
                                   ms_ext_attr_kind_name(kind) + "): " + ms_ext_last_error());
     }
     T out{};
@@ -145,6 +155,7 @@ class Attrs {
 
   ms_ext_extra *extra_;
   const AttrDecls *decls_ = nullptr;
+  std::string prefix_;
 };
 
 }  // namespace ms_ext

@@ -1,0 +1,159 @@
+"""from_torch(..., fuse=True): a mode's whole graph as two aot calls, the forward and its backward.
+
+torch's AOTAutograd traces the exported (functional) graph jointly with its backward and partitions the two, so
+torch decides what the backward needs: the saved tensors travel from the forward call to the backward call as
+extra outputs of the forward, which MindSpore keeps for the bprop like any operator output (the same in both
+modes; nothing outlives MindSpore's own bookkeeping). A saved tensor that is a forward input is taken from the
+bprop's own inputs instead of being copied out. Each graph becomes one program (program.py) that the bundled
+library runs through the c10 dispatcher, parsed once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from .errors import PortError
+from .graph import read_module
+from .program import Program, build
+
+
+@dataclass
+class FusedGraph:
+    """The two programs of one mode, and how the cell wires them."""
+
+    forward: Program
+    backward: Program | None                  # None: no output is differentiable
+    inputs: list[tuple[str, str]]             # per forward input: ("state", key) | ("constant", name) | ("input", name)
+    constants: dict[str, torch.Tensor]        # values of the ("constant", name) inputs
+    buffer_updates: list[tuple[str, int]]     # (buffer key, forward output position)
+    user_outputs: list[int]                   # forward output positions of the module's outputs, in pytree order
+    saved: list[tuple[str, int]] = field(default_factory=list)  # per backward saved input: ("input", i) | ("output", k)
+    tangents: list[int] = field(default_factory=list)  # forward output positions whose cotangents the backward takes
+    grads: list[int | None] = field(default_factory=list)  # per forward input: backward output index, or None (zero)
+    backward_constants: list[str] = field(default_factory=list)  # constants the backward takes after its values
+
+
+def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: str) -> FusedGraph:
+    """The forward and backward programs of `program` (from export.export); `label` names them in errors."""
+    flat, kinds = _flat_inputs(program, model, args)
+    captured: dict[str, torch.fx.GraphModule] = {}
+
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
+
+    def capture(name):
+        def compiler(gm, _inputs):
+            captured[name] = gm
+            return make_boxed_func(gm)
+        return compiler
+
+    from torch._functorch.partitioners import default_partition
+
+    module = program.graph_module
+
+    def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
+        return torch.fx.Interpreter(module).run(*values)
+
+    compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
+                            partition_fn=default_partition)
+    try:
+        with torch.fx.traceback.preserve_node_meta():
+            outs = compiled(*flat)
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            differentiable = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
+            if differentiable:
+                torch.autograd.backward([outs[k] for k in differentiable],
+                                        [torch.ones_like(outs[k]) for k in differentiable])
+    except PortError:
+        raise
+    except Exception as exc:  # torch's tracing errors: what failed, in torch's words
+        raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
+
+    fgraph, fnames, fouts = read_module(captured["forward"])
+    num_real = len(outs)
+    saved_names = fouts[num_real:]
+    nodes = {n.name: n for n in captured["forward"].graph.nodes}
+    f_inputs = fnames + list(fgraph.constants)
+    f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in fnames]
+    forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs))
+
+    specs = program.graph_signature.input_specs
+    inputs = [_input_kind(spec) for spec in specs] + [("constant", f"f_{n}") for n in fgraph.constants]
+    constants = {f"f_{n}": t for n, t in fgraph.constants.items()}
+    for spec in specs:
+        if spec.kind == InputKind.CONSTANT_TENSOR:
+            constants[f"lifted_{spec.arg.name}"] = program.constants[spec.target]
+    output_specs = program.graph_signature.output_specs
+    buffer_updates = [(spec.target, k) for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
+    user_outputs = [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
+    fused = FusedGraph(forward, None, inputs, constants, buffer_updates, user_outputs)
+    if "backward" not in captured:
+        return fused
+
+    bgraph, bnames, bouts = read_module(captured["backward"])
+    if len(bnames) != len(saved_names) + len(differentiable):
+        raise PortError(f"{label}: the backward takes {len(bnames)} values, expected {len(saved_names)} saved and "
+                        f"{len(differentiable)} cotangents")
+    if len(bouts) != len(fnames):
+        raise PortError(f"{label}: the backward returns {len(bouts)} gradients for {len(fnames)} inputs")
+    bnodes = {n.name: n for n in captured["backward"].graph.nodes}
+    b_outputs = [n for n in bouts if n is not None]
+    b_inputs = bnames + list(bgraph.constants)
+    backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs))
+    fused.backward = backward
+    fused.saved = [("input", fnames.index(n)) if n in fnames else ("output", f_outputs.index(n)) for n in saved_names]
+    fused.tangents = differentiable
+    fused.constants.update({f"b_{n}": t for n, t in bgraph.constants.items()})
+    fused.backward_constants = [f"b_{n}" for n in bgraph.constants]
+    grads, k = [], 0
+    for name in bouts:
+        grads.append(None if name is None else k)
+        k += name is not None
+    fused.grads = grads + [None] * len(fgraph.constants)
+    return fused
+
+
+def _input_kind(spec) -> tuple[str, str]:
+    if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        return ("state", spec.target)
+    if spec.kind == InputKind.CONSTANT_TENSOR:
+        return ("constant", f"lifted_{spec.arg.name}")
+    return ("input", spec.arg.name)
+
+
+def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
+    """Example values for every placeholder of the exported graph: trainable parameters and floating user inputs
+    require gradients (MindSpore may ask for either)."""
+    state = dict(model.named_parameters(remove_duplicate=False))
+    state.update(dict(model.named_buffers(remove_duplicate=False)))
+    user = iter(args)
+    flat, kinds = [], []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            tensor = state[spec.target]
+            value = tensor.detach().clone()
+            if isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad:
+                value.requires_grad_(True)
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            value = program.constants[spec.target].detach().clone()
+        else:
+            value = next(user).detach().clone()
+            if value.is_floating_point() or value.is_complex():
+                value.requires_grad_(True)
+        flat.append(value)
+        kinds.append(spec.kind)
+    return flat, kinds
+
+
+def _shapes(nodes: dict, names: list[str]) -> tuple[list, list]:
+    shapes, dtypes = [], []
+    for name in names:
+        val = nodes[name].meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise PortError(f"{name} is not a tensor ({type(val).__name__}); fuse=True needs tensors between programs")
+        shapes.append([int(d) for d in val.shape])
+        dtypes.append(val.dtype)
+    return shapes, dtypes

@@ -1,0 +1,92 @@
+"""A graph of ATen calls as the attributes of ONE aot call of the program entry (kernels/aten/generic/program.cpp).
+
+Each node is encoded exactly as `aten.op` encodes one call for the generic AtenOp entry (schema binding, then
+_aten.encode), under the prefix n<k>_, plus the slots its tensor inputs come from. The program is parsed once by
+the kernel, and executed there through the c10 dispatcher with no Python.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from .._aten import schema as _schema
+from .._aten.argtypes import arg_type
+from .._aten.encode import encode
+from .._aten.sizes import encode_shapes
+from .errors import PortError
+from .graph import Graph, Item, Operator
+
+
+@dataclass
+class Program:
+    """The attributes of one program call, and what the caller needs to know about its outputs."""
+
+    attrs: dict[str, Any]
+    num_inputs: int
+    out_dtypes: list[torch.dtype]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.out_dtypes)
+
+    @property
+    def symbol(self) -> str:
+        return "AtenProgram" if self.num_outputs == 1 else "AtenProgramMulti"
+
+
+def node_attributes(op: Operator) -> dict[str, Any]:
+    """What aten.op(op.target, **op.fixed) sends the generic entry: the tensor arguments left open, in order."""
+    overload = _schema.overload_for(op.target)
+    if overload is None:
+        raise PortError(f"{op.name}: {op.target} is not an operator overload")
+    args = dict(op.fixed)
+    for a in overload._schema.arguments:
+        if not a.is_out and a.name not in args:
+            placeholder = arg_type(a)[0].call_time
+            if placeholder is not None:
+                args[a.name] = placeholder
+    call = _schema.bind(overload, (), args)
+    attrs, inputs, _key = encode(call)
+    if len(inputs) != len(op.inputs) or attrs["aten_num_inputs"] != len(op.inputs):
+        raise PortError(f"{op.name} ({op.target}) takes {len(op.inputs)} tensors, its encoding {len(inputs)}")
+    attrs["aten_op"] = call.qualified_name
+    return attrs
+
+
+def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str], out_shapes: list,
+          out_dtypes: list[torch.dtype]) -> Program:
+    """The program computing `outputs` (value names) of `graph` from `inputs` (value names, MindSpore's inputs in
+    order). `out_shapes`: each output's shape as ints and size expressions over the inputs."""
+    slot: dict[str, int] = {value: k for k, value in enumerate(inputs)}
+    first_result: dict[str, int] = {}
+    attrs: dict[str, Any] = {}
+    next_slot, count = len(inputs), 0
+    for step in graph.steps:
+        if isinstance(step, Item):
+            slot[step.name] = first_result[step.of] + step.index
+            continue
+        missing = [v for v in step.inputs if v not in slot]
+        if missing:
+            raise PortError(f"{step.name} ({step.target}) reads {missing}, which the program does not compute")
+        prefix = f"n{count}_"
+        for key, value in node_attributes(step).items():
+            attrs[prefix + key] = value
+        results = 1 if step.num_outputs is None else step.num_outputs
+        attrs[prefix + "slots"] = [slot[v] for v in step.inputs]
+        attrs[prefix + "results"] = results
+        attrs[prefix + "source"] = step.source
+        first_result[step.name] = next_slot
+        slot[step.name] = next_slot
+        next_slot += results
+        count += 1
+    for value in outputs:
+        if value not in slot:
+            raise PortError(f"the output {value} is not computed by the program")
+    attrs.update(program_name=name, program_num_inputs=len(inputs), program_num_nodes=count,
+                 program_outputs=[slot[v] for v in outputs], program_out_shapes=encode_shapes(out_shapes))
+    # Equal programs share one parse in the kernel (program.cpp): the key covers every attribute.
+    attrs["program_key"] = hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()
+    return Program(attrs, len(inputs), list(out_dtypes))

@@ -1,0 +1,214 @@
+// A program of ATen operator calls run as ONE MindSpore aot call: a whole ported forward graph, or its backward
+// (aot_ops.from_torch(..., fuse=True)). MindSpore's Custom dispatch costs tens of microseconds per call while torch's
+// dispatcher costs a few, so crossing MindSpore once per graph instead of once per node is what makes a ported
+// network run at torch's speed.
+//
+// Attributes (aot_ops/_port/program.py writes them):
+//   program_name         str        what errors are named after ("Net forward (training)")
+//   program_key          str        a digest of the program: equal keys are equal programs (parsed once per process)
+//   program_num_inputs   int        the tensors MindSpore passes as inputs
+//   program_num_nodes    int
+//   program_outputs      int list   the slot of each output
+//   program_out_shapes   str        output shapes as size expressions over the inputs (size_expr.h), for the C++
+//                                   shape inference (also with a dynamic batch in GRAPH_MODE)
+//   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
+//                        aten_arg_<i>, ...), plus
+//   n<k>_slots           int list   the slot of each of its tensor inputs, in the order AtenOp numbers them
+//   n<k>_results         int        how many tensors it returns (they take the next slots)
+//   n<k>_source          str        the torch node and source line it came from, for errors
+// Slots 0..inputs-1 hold MindSpore's inputs; each node's results take the next free slot numbers in node order.
+// Sizes that depend on input shapes are evaluated per node from its own inputs' shapes, at run time.
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ms_ext/ms_ext.h>
+
+#include "aten_plan.h"
+
+namespace {
+
+using namespace aten_bridge;
+
+struct ProgramNode {
+  AtenPlan plan;
+  std::vector<int64_t> slots;
+  int first_result;
+  int num_results;
+  std::string source;
+  std::vector<int64_t> release;  // slots last read by this node: freed after it runs (peak memory as torch's)
+
+  ProgramNode(const ms_ext::Attrs &attrs, int first)
+      : plan(attrs), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
+        num_results(static_cast<int>(attrs.get<int64_t>("results"))), source(attrs.get<std::string>("source", "")) {
+    if (plan.num_inputs < 0 || static_cast<size_t>(plan.num_inputs) != slots.size())
+      throw std::invalid_argument(plan.name + ": " + std::to_string(slots.size()) + " input slots for " +
+                                  std::to_string(plan.num_inputs) + " inputs");
+  }
+
+  std::string describe(size_t index) const {
+    return "node " + std::to_string(index) + " (" + plan.name + (source.empty() ? "" : " at " + source) + ")";
+  }
+};
+
+struct Program {
+  std::string name;
+  int num_inputs = 0;
+  int num_slots = 0;
+  std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
+  std::vector<int64_t> outputs;
+
+  explicit Program(const ms_ext::Attrs &attrs)
+      : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
+        outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
+    num_slots = num_inputs;
+    const int64_t count = attrs.get<int64_t>("program_num_nodes");
+    for (int64_t k = 0; k < count; ++k) {
+      ProgramNode &node = nodes.emplace_back(attrs.prefixed("n" + std::to_string(k) + "_"), num_slots);
+      for (int64_t slot : node.slots)
+        if (slot < 0 || slot >= num_slots)
+          throw std::invalid_argument(node.describe(k) + " reads slot " + std::to_string(slot) +
+                                      ", which no earlier node or input fills");
+      num_slots += node.num_results;
+    }
+    for (int64_t slot : outputs)
+      if (slot < 0 || slot >= num_slots) throw std::invalid_argument("an output reads slot " + std::to_string(slot));
+    // Each slot is freed after its last reader, unless it is an output.
+    std::vector<int64_t> last_reader(num_slots, -1);
+    for (size_t k = 0; k < nodes.size(); ++k)
+      for (int64_t slot : nodes[k].slots) last_reader[slot] = static_cast<int64_t>(k);
+    for (int64_t slot : outputs) last_reader[slot] = -1;
+    for (int64_t slot = 0; slot < num_slots; ++slot)
+      if (last_reader[slot] >= 0) nodes[last_reader[slot]].release.push_back(slot);
+  }
+
+  // Runs every node; the results of the output slots, in order.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
+    std::vector<at::Tensor> slots(num_slots);
+    for (int i = 0; i < num_inputs; ++i) slots[i] = inputs[i];
+    std::vector<at::Tensor> args;
+    std::vector<ms_ext::Shape> shapes;
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      const ProgramNode &node = nodes[k];
+      try {
+        args.clear();
+        shapes.clear();
+        for (int64_t slot : node.slots) {
+          args.push_back(slots[slot]);
+          shapes.emplace_back(slots[slot].sizes().begin(), slots[slot].sizes().end());
+        }
+        torch::jit::Stack stack =
+            node.plan.stack(node.plan.layout(static_cast<int>(args.size())), [&](int64_t i) { return args.at(i); },
+                            shapes);
+        node.plan.op->callBoxed(stack);
+        std::vector<at::Tensor> results = flatten_results(stack);
+        if (static_cast<int>(results.size()) != node.num_results)
+          throw std::logic_error("returned " + std::to_string(results.size()) + " tensors, the program expects " +
+                                 std::to_string(node.num_results));
+        for (int r = 0; r < node.num_results; ++r) slots[node.first_result + r] = std::move(results[r]);
+      } catch (...) {
+        throw std::runtime_error(node.describe(k) + ": " + ms_ext::detail::describe_current_exception());
+      }
+      for (int64_t slot : node.release) slots[slot].reset();
+    }
+    std::vector<at::Tensor> out;
+    for (int64_t slot : outputs) out.push_back(slots[slot]);
+    return out;
+  }
+};
+
+// The kernel's state: the parsed program, shared by every kernel of equal program_key. PyNative may initialise a
+// kernel per call; parsing a program (a dispatcher lookup per node) once per process keeps that cheap.
+struct ProgramRef {
+  std::shared_ptr<const Program> program;
+
+  explicit ProgramRef(const ms_ext::Attrs &attrs) {
+    static std::mutex mutex;
+    static std::unordered_map<std::string, std::shared_ptr<const Program>> parsed;
+    const std::string key = attrs.get<std::string>("program_key");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto found = parsed.find(key);
+      if (found != parsed.end()) {
+        program = found->second;
+        return;
+      }
+    }
+    auto fresh = std::make_shared<const Program>(attrs);  // parsed outside the lock; a race parses twice
+    std::lock_guard<std::mutex> lock(mutex);
+    program = parsed.emplace(key, std::move(fresh)).first->second;
+  }
+};
+
+std::atomic<int64_t> g_program_launches{0};
+
+int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
+  g_program_launches.fetch_add(1, std::memory_order_relaxed);
+  std::string op_name = entry;
+  ms_ext::detail::guarded(op_name, [&] {
+    ms_ext::detail::DefaultPlacement::Scope scope(raw);
+    const ms_ext::Attrs attrs(raw.extra);
+    std::optional<ProgramRef> local;
+    const Program &program =
+        *ms_ext::detail::launch_state(attrs, ms_ext::detail::kernel_data<ProgramRef>(raw.extra), local).program;
+    op_name = program.name;
+    const ms_ext::Signature sig = ms_ext::Signature()
+                                      .inputs(program.num_inputs)
+                                      .outputs(static_cast<int>(program.outputs.size()))
+                                      .split_from_attributes();
+    ms_ext::Call call(program.name.c_str(), sig, raw, attrs, 0, scope.device());
+    std::vector<at::Tensor> inputs;
+    for (int i = 0; i < program.num_inputs; ++i) inputs.push_back(call.input(i));
+    const std::vector<at::Tensor> results = program.run(inputs);
+    for (int j = 0; j < call.num_outputs(); ++j) call.set_output(j, results[j]);
+    call.check_outputs_intact();
+    scope.finish();
+  });
+  return 0;
+}
+
+// The output shapes from the size expressions alone: cheap enough for PyNative's per-call shape inference.
+std::vector<ms_ext::Shape> program_shapes(const char *entry, int *ndims, int64_t **shapes, void *extra) {
+  std::string op_name = entry;
+  std::vector<ms_ext::Shape> out;
+  ms_ext::detail::guarded(op_name, [&] {
+    const ms_ext::Attrs attrs(extra);
+    op_name = attrs.get<std::string>("program_name");
+    const int num_inputs = static_cast<int>(attrs.get<int64_t>("program_num_inputs"));
+    const int num_outputs = static_cast<int>(attrs.get<std::vector<int64_t>>("program_outputs").size());
+    const ShapeExprs exprs(attrs.get<std::string>("program_out_shapes"), num_outputs);
+    out = exprs.evaluate(ms_ext::detail::read_input_shapes(num_inputs, ndims, shapes));
+  });
+  return out;
+}
+
+}  // namespace
+
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_launches(void) {
+  return g_program_launches.load(std::memory_order_relaxed);
+}
+
+// AtenProgram (one output) and AtenProgramMulti (several) differ only in the C++ shape inference's return type.
+#define PROGRAM_ENTRY(NAME)                                                                                      \
+  extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {             \
+    static constexpr ms_ext::Signature kNoScratch{};                                                             \
+    return ms_ext::detail::init_entry<ProgramRef>(#NAME, kNoScratch, ndims, shapes, extra);                      \
+  }                                                                                                              \
+  extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
+                                    void *stream, void *extra) {                                                 \
+    return program_launch(#NAME, {nparam, params, ndims, shapes, dtypes, stream, extra});                        \
+  }
+
+PROGRAM_ENTRY(AtenProgram)
+PROGRAM_ENTRY(AtenProgramMulti)
+
+extern "C" MS_EXT_EXPORT std::vector<int64_t> AtenProgramInferShape(int *ndims, int64_t **shapes, void *extra) {
+  return program_shapes("AtenProgram", ndims, shapes, extra).at(0);
+}
+extern "C" MS_EXT_EXPORT std::vector<std::vector<int64_t>> AtenProgramMultiInferShape(int *ndims, int64_t **shapes,
+                                                                                    void *extra) {
+  return program_shapes("AtenProgramMulti", ndims, shapes, extra);
+}

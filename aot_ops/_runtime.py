@@ -38,6 +38,13 @@ def aten_launches() -> tuple[int, int]:
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
 
 
+def program_launches() -> int:
+    """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far."""
+    from ._bundled import library_path
+
+    return int(_handle(str(library_path())).aot_ops_program_launches())
+
+
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""

@@ -1,13 +1,15 @@
 """Training-step time of a PyTorch network ported with aot_ops.from_torch, against torch eager (CPU).
 
-    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 20]
+    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 20] [--net transformer|resnet]
 
 The network: nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128, dropout 0) and a linear classifier
 over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is forward + backward + SGD update,
 on the same data in both frameworks. MindSpore runs it as `ms.value_and_grad` + `nn.SGD`, in PyNative and in
 GRAPH_MODE. torch's intra-op threads (also used by the bridged ATen kernels, which run in this process) are set
 by --threads. Prints the median step time over the measured steps (after warm-up steps, which include GRAPH_MODE's
-compilation), the ratio to torch, and the bridged ATen calls per step (forward + backward launches).
+compilation), the ratio to torch, and the aot calls per step: per node (fuse=False: forward + backward launches of
+the generic ATen entry) or per graph (fuse=True: launches of the program entry). `--net resnet`: the tests'
+ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer.
 """
 from __future__ import annotations
 
@@ -26,14 +28,15 @@ import aot_ops
 from aot_ops._convert import to_ms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from torch_nets import TransformerClassifier, WithLoss  # noqa: E402
+from torch_nets import ResNet, TransformerClassifier, WithLoss  # noqa: E402
 
 BATCH, SEQ, D_MODEL, CLASSES = 32, 16, 64, 10
+CNN_SHAPE = (8, 3, 64, 64)
 
 
-def data(count):
+def data(count, shape, classes):
     gen = torch.Generator().manual_seed(0)
-    return [(torch.randn(BATCH, SEQ, D_MODEL, generator=gen), torch.randint(0, CLASSES, (BATCH,), generator=gen))
+    return [(torch.randn(*shape, generator=gen), torch.randint(0, classes, (shape[0],), generator=gen))
             for _ in range(count)]
 
 
@@ -50,22 +53,27 @@ def torch_steps(model, batches):
     return times, loss.item()
 
 
-def mindspore_steps(model, batches, mode):
+def launches():
+    forward, backward = aot_ops.aten_launches()
+    return forward, backward, aot_ops.program_launches()
+
+
+def mindspore_steps(model, batches, mode, fuse):
     ms.set_context(mode=mode)
-    cell = aot_ops.from_torch(model, batches[0])
+    cell = aot_ops.from_torch(model, batches[0], fuse=fuse)
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
     step = ms.value_and_grad(cell, None, optimizer.parameters)
     inputs = [(to_ms(x), to_ms(t)) for x, t in batches]
     times, calls = [], []
     for x, target in inputs:
-        before = aot_ops.aten_launches()
+        before = launches()
         start = time.perf_counter()
         loss, grads = step(x, target)
         optimizer(grads)
         value = float(loss.asnumpy())  # waits for every queued launch
         times.append(time.perf_counter() - start)
-        after = aot_ops.aten_launches()
-        calls.append((after[0] - before[0], after[1] - before[1]))
+        after = launches()
+        calls.append(tuple(a - b for a, b in zip(after, before)))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     return times, value, calls[-1]
 
@@ -74,27 +82,35 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--steps", type=int, default=20, help="measured steps (after 3 warm-up steps)")
+    parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
     options = parser.parse_args(argv)
     torch.set_num_threads(options.threads)
     ms.set_device("CPU")
     torch.manual_seed(0)
-    model = WithLoss(TransformerClassifier(D_MODEL, 4, CLASSES))
-    model.model.encoder = torch.nn.TransformerEncoderLayer(D_MODEL, 4, dim_feedforward=128, dropout=0.0,
-                                                           batch_first=True)
-    batches = data(3 + options.steps)
+    if options.net == "transformer":
+        model = WithLoss(TransformerClassifier(D_MODEL, 4, CLASSES))
+        model.model.encoder = torch.nn.TransformerEncoderLayer(D_MODEL, 4, dim_feedforward=128, dropout=0.0,
+                                                               batch_first=True)
+        batches = data(3 + options.steps, (BATCH, SEQ, D_MODEL), CLASSES)
+        described = f"TransformerEncoderLayer classifier, batch {BATCH}, sequence {SEQ}, d_model {D_MODEL}"
+    else:
+        model = WithLoss(ResNet())
+        batches = data(3 + options.steps, CNN_SHAPE, 5)
+        described = "ResNet (tests/torch_nets.py), batch 8, 3x64x64"
     print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
-    print(f"TransformerEncoderLayer classifier, batch {BATCH}, sequence {SEQ}, d_model {D_MODEL}: median of "
-          f"{options.steps} training steps after 3 warm-up steps")
-    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0),)}
-    results["PyNative"] = mindspore_steps(copy.deepcopy(model), batches, ms.PYNATIVE_MODE)
-    results["GRAPH_MODE"] = mindspore_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE)
+    print(f"{described}: median of {options.steps} training steps after 3 warm-up steps")
+    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0),)}
+    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
+        for fuse in (False, True):
+            name = f"{mode_name}{', fused' if fuse else ''}"
+            results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
     base = statistics.median(results["torch eager"][0][3:])
-    print(f"{'':<12} {'step':>10} {'vs torch':>9} {'bridged calls/step':>19} {'last loss':>10}")
-    for name, (times, loss, (forward, backward)) in results.items():
+    print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'last loss':>10}")
+    for name, (times, loss, (forward, backward, programs)) in results.items():
         median = statistics.median(times[3:])
-        calls = f"{forward} + {backward}" if forward else "-"
-        print(f"{name:<12} {median * 1e3:>7.2f} ms {median / base:>8.1f}x {calls:>19} {loss:>10.5f}")
+        calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
+        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {loss:>10.5f}")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,53 @@ def test_evaluation_mode_forward_matches_torch(make, shape, mode, fuse):
     assert_state_close(cell, model)  # evaluation leaves the running statistics alone
 
 
+def test_fused_training_step_is_two_aot_calls(mode):
+    """fuse=True: a training step crosses MindSpore twice (the forward program and the backward program); the
+    BatchNorm buffers are updated by Assign, not by aot calls."""
+    torch.manual_seed(6)
+    data = batches((4, 3, 8, 8), count=3)
+    cell = aot_ops.from_torch(WithLoss(ConvNet()), data[0], fuse=True)
+    train_mindspore(cell, data[:1])  # compiles (GRAPH_MODE) and initialises the kernels
+    programs, per_node = aot_ops.program_launches(), aot_ops.aten_launches()
+    train_mindspore(cell, data[1:])
+    assert aot_ops.program_launches() - programs == 2 * 2
+    assert aot_ops.aten_launches() == per_node
+
+
+def test_fused_modes_agree_with_each_other_and_with_per_node():
+    torch.manual_seed(7)
+    model = TransformerClassifier()
+    data = batches((8, 6, 32), count=3)
+    results = {}
+    for fuse in (False, True):
+        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+            ms.set_context(mode=mode)
+            try:
+                cell = aot_ops.from_torch(WithLoss(copy.deepcopy(model)), data[0], fuse=fuse)
+                results[fuse, mode] = (train_mindspore(cell, data), cell.torch_state_dict())
+            finally:
+                ms.set_context(mode=ms.PYNATIVE_MODE)
+    base_losses, base_state = results[False, ms.PYNATIVE_MODE]
+    for key, (losses, state) in results.items():
+        assert max(abs(a - b) for a, b in zip(losses, base_losses)) <= 1e-6, (key, losses, base_losses)
+        for name, value in base_state.items():
+            torch.testing.assert_close(state[name], value, rtol=1e-6, atol=1e-6, msg=f"{key} {name}")
+
+
+def test_fused_error_names_the_node_and_its_source_line(mode):
+    class Indexing(nn.Module):
+        def forward(self, x, index):
+            return torch.nn.functional.embedding(index, x)
+
+    x, index = torch.randn(4, 3), torch.tensor([0, 2])
+    cell = aot_ops.from_torch(Indexing(), (x, index), fuse=True)
+    with pytest.raises(RuntimeError, match=r"Indexing \(training and evaluation\) forward: node \d+ "
+                                           r"\(aten::embedding.* at test_from_torch.py:\d+: return torch.nn.functional"
+                                           r".embedding\(index, x\)\): .*index out of range"):
+        to_torch(cell(to_ms(x), to_ms(torch.tensor([0, 9]))))  # to_torch waits for the launch
+    torch.testing.assert_close(to_torch(cell(to_ms(x), to_ms(index))), x[index])
+
+
 def test_dict_output_keeps_its_structure(mode):
     torch.manual_seed(3)
     model = DictMLP()

@@ -319,12 +319,12 @@ def _torch_message_constant(name: str) -> str:
 
     from support import REPO
 
-    source = (REPO / "kernels" / "aten" / "generic" / "aten_op.cpp").read_text()
+    source = (REPO / "kernels" / "aten" / "generic" / "aten_plan.h").read_text()
     return re.search(rf'constexpr const char \*{name} = "(.*)";', source).group(1).replace("\\'", "'")
 
 
 def test_the_torch_messages_the_bridge_reacts_to_are_still_worded_so():
-    """aten_op.cpp recognises two torch errors by their text; the installed torch must still produce it."""
+    """aten_plan.h recognises two torch errors by their text; the installed torch must still produce it."""
     import numpy as np
 
     resize = _torch_message_constant("kTorchResizeRefused")

@@ -88,15 +88,8 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
         candidates = [getattr(packet, n) for n in _schema.functional_overloads(packet)]
     errors = []
     for candidate in candidates:
-        args = dict(fixed)
-        for a in candidate._schema.arguments:
-            if a.is_out or a.name in args:
-                continue
-            placeholder = _argtypes.arg_type(a)[0].call_time
-            if placeholder is not None:
-                args[a.name] = placeholder
         try:
-            call = _schema.bind(candidate, (), args)
+            call = _schema.bind(candidate, (), _schema.with_open_tensors(candidate, fixed))
         except TypeError as exc:
             errors.append(f"  {candidate._schema}: {exc}")
             continue

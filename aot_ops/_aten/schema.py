@@ -114,6 +114,19 @@ def packet_for(name: str, given: str | None = None) -> torch._ops.OpOverloadPack
     return packet
 
 
+def with_open_tensors(overload: torch._ops.OpOverload, fixed: dict[str, Any]) -> dict[str, Any]:
+    """`fixed` plus the call-time placeholder (argtypes) of every argument not fixed that takes tensors: what
+    aten.op binds, leaving those arguments to be given when the operator is called."""
+    args = dict(fixed)
+    for a in overload._schema.arguments:
+        if a.is_out or a.name in args:
+            continue
+        placeholder = arg_type(a)[0].call_time
+        if placeholder is not None:
+            args[a.name] = placeholder
+    return args
+
+
 def overload_for(name: str) -> torch._ops.OpOverload | None:
     """`aten::add.Tensor` -> that overload; `aten::add` -> None (to be resolved from the arguments)."""
     op_name, overload_name = _split_name(name)

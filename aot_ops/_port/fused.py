@@ -38,7 +38,7 @@ class FusedGraph:
 
 def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: str) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `label` names them in errors."""
-    flat, kinds = _flat_inputs(program, model, args)
+    flat = _flat_inputs(program, model, args)
     captured: dict[str, torch.fx.GraphModule] = {}
 
     from functorch.compile import make_boxed_func
@@ -130,7 +130,7 @@ def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
     user = iter(args)
-    flat, kinds = [], []
+    flat = []
     for spec in program.graph_signature.input_specs:
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             tensor = state[spec.target]
@@ -144,8 +144,7 @@ def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
             if value.is_floating_point() or value.is_complex():
                 value.requires_grad_(True)
         flat.append(value)
-        kinds.append(spec.kind)
-    return flat, kinds
+    return flat
 
 
 def _shapes(nodes: dict, names: list[str]) -> tuple[list, list]:

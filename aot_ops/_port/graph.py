@@ -100,10 +100,7 @@ def read(program: ExportedProgram) -> Graph:
         else:
             raise PortError(f"input '{node.name}' is a {spec.kind.name.lower()}, which from_torch cannot port")
 
-    reader = _Reader(graph)
-    for node in program.graph.nodes:
-        if node.op == "call_function":
-            reader.visit(node)
+    reader = _Reader.over(graph, program.graph)
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = output_node.args[0]
     for spec, value in zip(signature.output_specs, values):
@@ -128,6 +125,15 @@ class _Reader:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.aliases: dict[str, str] = {}    # identity nodes (dropout that draws nothing) -> what they return
+
+    @classmethod
+    def over(cls, graph: Graph, fx_graph: torch.fx.Graph) -> "_Reader":
+        """A reader that has visited every call of `fx_graph`, its steps added to `graph`."""
+        reader = cls(graph)
+        for node in fx_graph.nodes:
+            if node.op == "call_function":
+                reader.visit(node)
+        return reader
 
     def value(self, node: torch.fx.Node) -> str:
         return self.aliases.get(node.name, node.name)
@@ -310,10 +316,7 @@ def read_module(module: torch.fx.GraphModule) -> tuple[Graph, list[str], list[st
             if isinstance(val, torch.Tensor):
                 graph.inputs.append(UserInput(node.name, tuple(d if isinstance(d, int) else None for d in val.shape),
                                               val.dtype))
-    reader = _Reader(graph)
-    for node in module.graph.nodes:
-        if node.op == "call_function":
-            reader.visit(node)
+    reader = _Reader.over(graph, module.graph)
     output_node = next(n for n in module.graph.nodes if n.op == "output")
     values = output_node.args[0]
     outputs: list[str | None] = []

@@ -13,7 +13,6 @@ from typing import Any, Sequence
 import torch
 
 from .._aten import schema as _schema
-from .._aten.argtypes import arg_type
 from .._aten.encode import encode
 from .._aten.sizes import encode_shapes
 from .errors import PortError
@@ -42,13 +41,7 @@ def node_attributes(op: Operator) -> dict[str, Any]:
     overload = _schema.overload_for(op.target)
     if overload is None:
         raise PortError(f"{op.name}: {op.target} is not an operator overload")
-    args = dict(op.fixed)
-    for a in overload._schema.arguments:
-        if not a.is_out and a.name not in args:
-            placeholder = arg_type(a)[0].call_time
-            if placeholder is not None:
-                args[a.name] = placeholder
-    call = _schema.bind(overload, (), args)
+    call = _schema.bind(overload, (), _schema.with_open_tensors(overload, op.fixed))
     attrs, inputs, _key = encode(call)
     if len(inputs) != len(op.inputs) or attrs["aten_num_inputs"] != len(op.inputs):
         raise PortError(f"{op.name} ({op.target}) takes {len(op.inputs)} tensors, its encoding {len(inputs)}")

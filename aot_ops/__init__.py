@@ -17,9 +17,10 @@ Public surface:
     aot_ops.AotOp
         the primitive behind every operator: ops.Custom for an ms_ext entry point
     aot_ops.last_error(library), aot_ops.live_kernel_states(library), aot_ops.aten_launches(),
-    aot_ops.program_launches()
+    aot_ops.program_launches(), aot_ops.program_seconds()
         a library's last error text (MindSpore drops it for GPU launches), its live per-kernel states, the launches
-        of the generic ATen entry points and of the program entry so far (bridged calls per step)
+        of the generic ATen entry points and of the program entry so far (bridged calls per step), and the time
+        spent inside program launches
     aot_ops.harness
         call an entry point exactly as MindSpore does, without MindSpore
     aot_ops.load(name, sources), aot_ops.load_inline(name, cpp_source) -> aot_ops.Library
@@ -54,6 +55,7 @@ _LAZY = {
     "live_kernel_states": ("._runtime", "live_kernel_states"),
     "aten_launches": ("._runtime", "aten_launches"),
     "program_launches": ("._runtime", "program_launches"),
+    "program_seconds": ("._runtime", "program_seconds"),
     "leaky_relu": (".operators", "leaky_relu"),
     "add": (".operators", "add"),
     "mul": (".operators", "mul"),

@@ -31,6 +31,7 @@ _PROTOTYPES = {
     "aot_ops_aten_refusal": (_c_char_p, [_c_char_p, _c_int]),
     # the program entry (kernels/aten/generic/program.cpp)
     "aot_ops_program_launches": (_c_int64, []),
+    "aot_ops_program_nanoseconds": (_c_int64, []),
     # the Ascend C runtime (kernels/ascendc/aot)
     "ascendc_path_count": (_c_int64, [_c_char_p, _c_char_p]),
     "ascendc_emulator_configure": (_c_int, [_c_char_p, _c_int64]),

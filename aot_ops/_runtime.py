@@ -45,6 +45,14 @@ def program_launches() -> int:
     return int(_handle(str(library_path())).aot_ops_program_launches())
 
 
+def program_seconds() -> float:
+    """Wall time spent inside launches of the program entry so far: the ATen work of fused graphs. A step's time
+    minus this is what MindSpore's framework around the two calls costs."""
+    from ._bundled import library_path
+
+    return _handle(str(library_path())).aot_ops_program_nanoseconds() * 1e-9
+
+
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""

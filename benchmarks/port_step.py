@@ -7,8 +7,9 @@ over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is f
 on the same data in both frameworks. MindSpore runs it as `ms.value_and_grad` + `nn.SGD`, in PyNative and in
 GRAPH_MODE. torch's intra-op threads (also used by the bridged ATen kernels, which run in this process) are set
 by --threads. Prints the median step time over the measured steps (after warm-up steps, which include GRAPH_MODE's
-compilation), the ratio to torch, and the aot calls per step: per node (fuse=False: forward + backward launches of
-the generic ATen entry) or per graph (fuse=True: launches of the program entry). `--net resnet`: the tests'
+compilation), the ratio to torch, the aot calls per step: per node (fuse=False: forward + backward launches of
+the generic ATen entry) or per graph (fuse=True: launches of the program entry), and for fuse=True the time spent
+inside the two program launches (the ATen work; the rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the tests'
 ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def torch_steps(model, batches):
 
 def launches():
     forward, backward = aot_ops.aten_launches()
-    return forward, backward, aot_ops.program_launches()
+    return forward, backward, aot_ops.program_launches(), aot_ops.program_seconds()
 
 
 def mindspore_steps(model, batches, mode, fuse):
@@ -64,7 +65,7 @@ def mindspore_steps(model, batches, mode, fuse):
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
     step = ms.value_and_grad(cell, None, optimizer.parameters)
     inputs = [(to_ms(x), to_ms(t)) for x, t in batches]
-    times, calls = [], []
+    times, calls, in_programs = [], [], []
     for x, target in inputs:
         before = launches()
         start = time.perf_counter()
@@ -73,9 +74,10 @@ def mindspore_steps(model, batches, mode, fuse):
         value = float(loss.asnumpy())  # waits for every queued launch
         times.append(time.perf_counter() - start)
         after = launches()
-        calls.append(tuple(a - b for a, b in zip(after, before)))
+        calls.append(tuple(a - b for a, b in zip(after[:3], before[:3])))
+        in_programs.append(after[3] - before[3])
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    return times, value, calls[-1]
+    return times, value, calls[-1], statistics.median(in_programs[3:])
 
 
 def main(argv=None):
@@ -100,17 +102,18 @@ def main(argv=None):
     print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     print(f"{described}: median of {options.steps} training steps after 3 warm-up steps")
-    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0),)}
+    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0)}
     for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
         for fuse in (False, True):
             name = f"{mode_name}{', fused' if fuse else ''}"
             results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
     base = statistics.median(results["torch eager"][0][3:])
-    print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'last loss':>10}")
-    for name, (times, loss, (forward, backward, programs)) in results.items():
+    print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
+    for name, (times, loss, (forward, backward, programs), in_programs) in results.items():
         median = statistics.median(times[3:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
-        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {loss:>10.5f}")
+        inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
+        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {loss:>10.5f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import aot_ops
 from aot_ops import AotOp
+from aot_ops._packed_attrs import pack
 from support import OpCell, assert_same, run_forward, sample, to_ms, to_torch
 
 ALL_KINDS = {
@@ -109,3 +110,54 @@ def test_launches_use_the_state_parsed_once(user_library, mode):
     per_call = (parses() - after_first) / 4
     print(f"state parses per call: {per_call}")
     assert per_call <= (0 if mode == ms.GRAPH_MODE else 1), per_call
+
+
+# ---- packed attribute tables (aot_ops._packed_attrs.pack, read by ms_ext::Attrs::unpack) ------------------------
+
+def packed_echo(library, attrs):
+    op = AotOp(library, "PackedAttrEcho", attrs={"packed": pack(attrs)})
+    (out,) = run_forward(op, [torch.zeros(1)])
+    return out.tolist()
+
+
+def test_packed_table_round_trips_all_eight_kinds_as_exact_doubles(user_library, mode):
+    exact = dict(ALL_KINDS, f=0.1, fl=[1e-5, 2.0], s="a:1:\nb;c,2")  # not float32 values; separators in a text
+    got = packed_echo(user_library, exact)
+    assert got == expected_echo(exact)
+    assert got[2] == 0.1 and 1e-5 in got  # exact doubles, not MindSpore's float32
+
+
+def test_packed_table_reads_ints_as_floats_and_empty_lists_as_any_list(user_library):
+    loose = dict(ALL_KINDS, f=3, fl=[1, 2], f2=[[1], [2, 3]], i2=[])
+    assert packed_echo(user_library, loose) == expected_echo(loose)
+
+
+def test_packed_table_errors_name_the_attribute(user_library):
+    with pytest.raises(RuntimeError, match=r"PackedAttrEcho: attribute 'il' \(expected list of int\): "
+                                           r"the attribute is a str"):
+        packed_echo(user_library, dict(ALL_KINDS, il="3,1,4"))
+    with pytest.raises(RuntimeError, match=r"attribute 'i' \(expected int\): the attribute is missing"):
+        packed_echo(user_library, {k: v for k, v in ALL_KINDS.items() if k != "i"})
+    assert packed_echo(user_library, ALL_KINDS) == expected_echo(ALL_KINDS)
+
+
+@pytest.mark.parametrize("text, cause", [
+    ("b:0:1:1", r"entry 'b' runs past the end of the text"),
+    ("b:9:1:1\n", r"entry 'b' has no kind digit"),
+    ("b:0:x:1\n", r"a length is malformed"),
+    ("b:0:1:1\nb:0:1:0\n", r"an attribute appears twice"),
+    (":0:1:1\n", r"an entry has no name"),
+])
+def test_malformed_packed_text_is_an_error_with_its_byte(user_library, text, cause):
+    op = AotOp(user_library, "PackedAttrEcho", attrs={"packed": text})
+    with pytest.raises(RuntimeError, match=r"PackedAttrEcho: packed attributes, at byte \d+: " + cause):
+        run_forward(op, [torch.zeros(1)])
+
+
+def test_pack_refuses_what_it_cannot_carry():
+    with pytest.raises(ValueError, match=r"attribute name 'a:b' cannot be packed"):
+        pack({"a:b": 1})
+    with pytest.raises(TypeError, match=r"cannot pack attribute value \{1: 2\}"):
+        pack({"a": {1: 2}})
+    with pytest.raises(TypeError, match=r"cannot pack attribute value \[True, 2\]"):
+        pack({"a": [True, 2]})

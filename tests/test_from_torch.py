@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 
 import mindspore as ms
 import pytest
@@ -111,10 +112,13 @@ def test_fused_training_step_is_two_aot_calls(mode):
     data = batches((4, 3, 8, 8), count=3)
     cell = aot_ops.from_torch(WithLoss(ConvNet()), data[0], fuse=True)
     train_mindspore(cell, data[:1])  # compiles (GRAPH_MODE) and initialises the kernels
-    programs, per_node = aot_ops.program_launches(), aot_ops.aten_launches()
+    programs, per_node, seconds = aot_ops.program_launches(), aot_ops.aten_launches(), aot_ops.program_seconds()
+    start = time.perf_counter()
     train_mindspore(cell, data[1:])
+    elapsed = time.perf_counter() - start
     assert aot_ops.program_launches() - programs == 2 * 2
     assert aot_ops.aten_launches() == per_node
+    assert 0 < aot_ops.program_seconds() - seconds < elapsed  # the launches' own time, inside the steps'
 
 
 def test_fused_modes_agree_with_each_other_and_with_per_node():

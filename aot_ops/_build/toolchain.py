@@ -36,7 +36,7 @@ def ms_ext_runtime_sources() -> dict[str, list[Path]]:
     C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); the `plain` ones pass only C types and compile with either ABI.
     """
     src = ms_ext_dir() / "src"
-    plain = ["last_error.cpp", "guarded_call.cpp", "kernel_states.cpp", "memory_probe.cpp"]
+    plain = ["last_error.cpp", "guarded_call.cpp", "kernel_states.cpp", "memory_probe.cpp", "attr_table.cpp"]
     return {"abi0": [src / "aot_extra_abi0.cpp"], "plain": [src / name for name in plain]}
 
 

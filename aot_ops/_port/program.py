@@ -1,8 +1,9 @@
 """A graph of ATen calls as the attributes of ONE aot call of the program entry (kernels/aten/generic/program.cpp).
 
 Each node is encoded exactly as `aten.op` encodes one call for the generic AtenOp entry (schema binding, then
-_aten.encode), under the prefix n<k>_, plus the slots its tensor inputs come from. The program is parsed once by
-the kernel, and executed there through the c10 dispatcher with no Python.
+_aten.encode), under the prefix n<k>_, plus the slots its tensor inputs come from. The nodes' attributes travel
+packed in one string attribute (_packed_attrs: MindSpore converts each attribute on every PyNative call). The
+program is parsed once by the kernel, and executed there through the c10 dispatcher with no Python.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from .._aten import schema as _schema
 from .._aten.encode import encode
 from .._aten.sizes import encode_shapes
+from .._packed_attrs import pack
 from .errors import PortError
 from .graph import Graph, Item, Operator
 
@@ -55,7 +57,7 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
     order). `out_shapes`: each output's shape as ints and size expressions over the inputs."""
     slot: dict[str, int] = {value: k for k, value in enumerate(inputs)}
     first_result: dict[str, int] = {}
-    attrs: dict[str, Any] = {}
+    nodes: dict[str, Any] = {}
     next_slot, count = len(inputs), 0
     for step in graph.steps:
         if isinstance(step, Item):
@@ -66,11 +68,11 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
             raise PortError(f"{step.name} ({step.target}) reads {missing}, which the program does not compute")
         prefix = f"n{count}_"
         for key, value in node_attributes(step).items():
-            attrs[prefix + key] = value
+            nodes[prefix + key] = value
         results = 1 if step.num_outputs is None else step.num_outputs
-        attrs[prefix + "slots"] = [slot[v] for v in step.inputs]
-        attrs[prefix + "results"] = results
-        attrs[prefix + "source"] = step.source
+        nodes[prefix + "slots"] = [slot[v] for v in step.inputs]
+        nodes[prefix + "results"] = results
+        nodes[prefix + "source"] = step.source
         first_result[step.name] = next_slot
         slot[step.name] = next_slot
         next_slot += results
@@ -78,8 +80,9 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
     for value in outputs:
         if value not in slot:
             raise PortError(f"the output {value} is not computed by the program")
-    attrs.update(program_name=name, program_num_inputs=len(inputs), program_num_nodes=count,
-                 program_outputs=[slot[v] for v in outputs], program_out_shapes=encode_shapes(out_shapes))
+    attrs: dict[str, Any] = dict(program_name=name, program_num_inputs=len(inputs), program_num_nodes=count,
+                                 program_outputs=[slot[v] for v in outputs],
+                                 program_out_shapes=encode_shapes(out_shapes), program_nodes=pack(nodes))
     # Equal programs share one parse in the kernel (program.cpp): the key covers every attribute.
     attrs["program_key"] = hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()
     return Program(attrs, len(inputs), list(out_dtypes))

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attr_decode.h"
 #include "ms_ext/c_api.h"
 
 namespace mindspore {
@@ -68,51 +69,9 @@ namespace {
 
 mindspore::AotExtra *as_extra(ms_ext_extra *extra) { return reinterpret_cast<mindspore::AotExtra *>(extra); }
 
-template <typename T>
-T *copy_to_malloc(const T *data, size_t count) {
-  T *out = static_cast<T *>(std::malloc(sizeof(T) * (count == 0 ? 1 : count)));
-  if (out == nullptr) throw std::bad_alloc();
-  if (count != 0) std::memcpy(out, data, sizeof(T) * count);
-  return out;
-}
-
-template <typename T, typename Out>
-void flatten_2d(const std::vector<std::vector<T>> &rows, Out **flat, ms_ext_attr_value *out) {
-  std::vector<Out> all;
-  std::vector<size_t> lengths;
-  for (const auto &row : rows) {
-    all.insert(all.end(), row.begin(), row.end());
-    lengths.push_back(row.size());
-  }
-  *flat = copy_to_malloc(all.data(), all.size());
-  out->count = all.size();
-  out->row_lengths = copy_to_malloc(lengths.data(), lengths.size());
-  out->rows = lengths.size();
-}
-
-// A float written as text by aot_ops (its Python repr): the whole text must be one number.
-double parse_exact_double(const std::string &text) {
-  const char *begin = text.c_str();
-  char *end = nullptr;
-  errno = 0;
-  const double value = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size() || errno == ERANGE)
-    throw std::invalid_argument("'" + text + "' is not a float");
-  return value;
-}
-
-std::vector<double> parse_exact_doubles(const std::string &text) {
-  std::vector<double> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t comma = text.find(',', start);
-    out.push_back(parse_exact_double(text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                                   : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
+using ms_ext_decode::copy_to_malloc;
+using ms_ext_decode::parse_exact_double;
+using ms_ext_decode::parse_exact_doubles;
 
 // Whether MindSpore holds the attribute as a string: then a float kind reads the exact text aot_ops wrote.
 bool holds_text(mindspore::AotExtra *extra, const std::string &name) {
@@ -137,9 +96,8 @@ void read_attr(mindspore::AotExtra *extra, const std::string &name, ms_ext_attr_
                                                  : extra->GetAttrFloat(name);
       return;
     case MS_EXT_ATTR_STR: {
-      std::string s = extra->GetAttrStr(name);
-      out->str = copy_to_malloc(s.c_str(), s.size() + 1);
-      out->count = s.size();
+      const std::string s = extra->GetAttrStr(name);
+      ms_ext_decode::set_str(s.data(), s.size(), out);
       return;
     }
     case MS_EXT_ATTR_INT_LIST: {
@@ -161,10 +119,10 @@ void read_attr(mindspore::AotExtra *extra, const std::string &name, ms_ext_attr_
       return;
     }
     case MS_EXT_ATTR_INT_2D:
-      flatten_2d<int64_t, int64_t>(extra->GetAttrInt2DVec(name), &out->ints, out);
+      ms_ext_decode::set_2d<int64_t, int64_t>(extra->GetAttrInt2DVec(name), &out->ints, out);
       return;
     case MS_EXT_ATTR_FLOAT_2D:
-      flatten_2d<float, double>(extra->GetAttrFloat2DVec(name), &out->floats, out);
+      ms_ext_decode::set_2d<float, double>(extra->GetAttrFloat2DVec(name), &out->floats, out);
       return;
   }
   throw std::invalid_argument("unknown attribute kind " + std::to_string(static_cast<int>(kind)));

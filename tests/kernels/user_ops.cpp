@@ -95,6 +95,22 @@ MS_EXT_KERNEL_WITH_STATE(AttrEcho, AllKinds,
   call.output(0).copy_(at::tensor(values, at::kDouble));
 }
 
+// The same eight kinds read from a packed attribute table (one string attribute, ms_ext::Attrs::unpack).
+struct PackedKinds : AllKinds {
+  explicit PackedKinds(const ms_ext::Attrs &a) : AllKinds(ms_ext::Attrs::unpack(a.get<std::string>("packed"))) {}
+};
+
+std::vector<ms_ext::Shape> packed_echo_shape(const ms_ext::ShapeArgs &args) {
+  return {{static_cast<int64_t>(args.state<PackedKinds>().flattened().size())}};
+}
+
+MS_EXT_KERNEL_WITH_STATE(PackedAttrEcho, PackedKinds,
+                         ms_ext::Signature().inputs(1).outputs(1).shapes(packed_echo_shape).types(echo_type)
+                             .attr<std::string>("packed")) {
+  const std::vector<double> values = state.flattened();
+  call.output(0).copy_(at::tensor(values, at::kDouble));
+}
+
 // A state whose constructor throws an exception with an empty message (MindSpore shows nothing for Init errors,
 // so ms_ext must still say that Init failed, and never run the body on a missing state).
 struct ThrowsEmpty {

@@ -11,6 +11,9 @@
 //   program_outputs      int list   the slot of each output
 //   program_out_shapes   str        output shapes as size expressions over the inputs (size_expr.h), for the C++
 //                                   shape inference (also with a dynamic batch in GRAPH_MODE)
+//   program_nodes        str        the nodes' attributes below, packed (ms_ext::Attrs::unpack): MindSpore converts
+//                                   each attribute on every PyNative call, and a program has over a thousand
+// and packed in program_nodes:
 //   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
 //                        aten_arg_<i>, ...), plus
 //   n<k>_slots           int list   the slot of each of its tensor inputs, in the order AtenOp numbers them
@@ -18,6 +21,8 @@
 //   n<k>_source          str        the torch node and source line it came from, for errors
 // Slots 0..inputs-1 hold MindSpore's inputs; each node's results take the next free slot numbers in node order.
 // Sizes that depend on input shapes are evaluated per node from its own inputs' shapes, at run time.
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -66,8 +71,9 @@ struct Program {
         outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
     num_slots = num_inputs;
     const int64_t count = attrs.get<int64_t>("program_num_nodes");
+    const ms_ext::Attrs packed = ms_ext::Attrs::unpack(attrs.get<std::string>("program_nodes"));
     for (int64_t k = 0; k < count; ++k) {
-      ProgramNode &node = nodes.emplace_back(attrs.prefixed("n" + std::to_string(k) + "_"), num_slots);
+      ProgramNode &node = nodes.emplace_back(packed.prefixed("n" + std::to_string(k) + "_"), num_slots);
       for (int64_t slot : node.slots)
         if (slot < 0 || slot >= num_slots)
           throw std::invalid_argument(node.describe(k) + " reads slot " + std::to_string(slot) +
@@ -87,6 +93,9 @@ struct Program {
 
   // Runs every node; the results of the output slots, in order.
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
+    // No tensor of a program outlives its launch (results are copied into MindSpore's buffers), so the dispatcher
+    // may skip autograd and view tracking for every node.
+    c10::InferenceMode inference;
     std::vector<at::Tensor> slots(num_slots);
     for (int i = 0; i < num_inputs; ++i) slots[i] = inputs[i];
     std::vector<at::Tensor> args;
@@ -144,9 +153,21 @@ struct ProgramRef {
 };
 
 std::atomic<int64_t> g_program_launches{0};
+std::atomic<int64_t> g_program_nanoseconds{0};  // wall time inside launches: what a step spends outside is MindSpore's
+
+// Counts one launch and its duration, however it ends.
+struct LaunchTimer {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  LaunchTimer() { g_program_launches.fetch_add(1, std::memory_order_relaxed); }
+  ~LaunchTimer() {
+    const auto spent = std::chrono::steady_clock::now() - start;
+    g_program_nanoseconds.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
+                                    std::memory_order_relaxed);
+  }
+};
 
 int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
-  g_program_launches.fetch_add(1, std::memory_order_relaxed);
+  const LaunchTimer timer;
   std::string op_name = entry;
   ms_ext::detail::guarded(op_name, [&] {
     ms_ext::detail::DefaultPlacement::Scope scope(raw);
@@ -189,6 +210,10 @@ std::vector<ms_ext::Shape> program_shapes(const char *entry, int *ndims, int64_t
 
 extern "C" MS_EXT_EXPORT int64_t aot_ops_program_launches(void) {
   return g_program_launches.load(std::memory_order_relaxed);
+}
+
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_nanoseconds(void) {
+  return g_program_nanoseconds.load(std::memory_order_relaxed);
 }
 
 // AtenProgram (one output) and AtenProgramMulti (several) differ only in the C++ shape inference's return type.

@@ -1,10 +1,12 @@
 // ms_ext::Attrs: typed access to a Custom primitive's attributes (`op.add_prim_attr(name, value)` in Python).
 //
 // Reads go through the C interface of ms_ext/src/aot_extra_abi0.cpp, the one translation unit compiled with
-// MindSpore's C++ ABI, so this header is safe in torch-facing (new-ABI) code: no std::string crosses.
+// MindSpore's C++ ABI, so this header is safe in torch-facing (new-ABI) code: no std::string crosses. The same
+// reads also serve a packed attribute table (Attrs::unpack): many attributes carried in one string attribute.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -90,6 +92,18 @@ class Attrs {
  public:
   explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {}
 
+  // The attributes packed in `text` (one string attribute written by aot_ops/_packed_attrs.py): MindSpore converts
+  // every attribute on every PyNative call, so a kernel with hundreds of them (a program) carries them as one.
+  static Attrs unpack(const std::string &text) {
+    ms_ext_attr_table *table = ms_ext_attr_table_parse(text.data(), text.size());
+    if (table == nullptr) throw std::invalid_argument(ms_ext_last_error());
+    Attrs out(nullptr);
+    out.table_ = std::shared_ptr<const ms_ext_attr_table>(table, [](const ms_ext_attr_table *t) {
+      ms_ext_attr_table_free(const_cast<ms_ext_attr_table *>(t));
+    });
+    return out;
+  }
+
   // These attributes as the kernel's state reads them: every read must be of an attribute `decls` declares,
   // with the declared kind, so the signature aot_ops checks users' attributes against is the one the kernel uses.
   Attrs declared_by(const AttrDecls &decls) const {
@@ -109,7 +123,8 @@ class Attrs {
   bool has(const char *name) const {
     check_declared(name, nullptr);
     const std::string full = prefix_ + name;
-    const int found = ms_ext_extra_has_attr(extra_, full.c_str());
+    const int found = table_ ? ms_ext_attr_table_has(table_.get(), full.c_str())
+                             : ms_ext_extra_has_attr(extra_, full.c_str());
     if (found < 0) throw std::runtime_error(std::string("attribute '") + name + "': " + ms_ext_last_error());
     return found == 1;
   }
@@ -124,7 +139,9 @@ class Attrs {
     check_declared(name, &kind);
     detail::AttrValue value;
     const std::string full = prefix_ + name;
-    if (ms_ext_extra_get_attr(extra_, full.c_str(), kind, &value.raw) != 0) {
+    const int status = table_ ? ms_ext_attr_table_get(table_.get(), full.c_str(), kind, &value.raw)
+                              : ms_ext_extra_get_attr(extra_, full.c_str(), kind, &value.raw);
+    if (status != 0) {
       throw std::invalid_argument(std::string("attribute '") + full + "' (expected " +
                                   ms_ext_attr_kind_name(kind) + "): " + ms_ext_last_error());
     }
@@ -154,6 +171,7 @@ class Attrs {
   }
 
   ms_ext_extra *extra_;
+  std::shared_ptr<const ms_ext_attr_table> table_;  // set: read the table instead of MindSpore's attributes
   const AttrDecls *decls_ = nullptr;
   std::string prefix_;
 };

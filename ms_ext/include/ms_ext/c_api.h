@@ -84,6 +84,22 @@ MS_EXT_EXPORT int ms_ext_extra_get_attr(ms_ext_extra *extra, const char *name, m
                                         ms_ext_attr_value *out);
 MS_EXT_EXPORT void ms_ext_attr_value_free(ms_ext_attr_value *value);
 
+/*
+ * Packed attribute tables: many attributes carried as one string attribute (MindSpore converts each attribute
+ * of a primitive on every PyNative call; one string costs one conversion). aot_ops writes the text
+ * (aot_ops/_packed_attrs.py; the format is described in ms_ext/src/attr_table.cpp); ms_ext::Attrs::unpack reads
+ * it. Reads decode into the same ms_ext_attr_value as MindSpore's attributes.
+ */
+typedef struct ms_ext_attr_table ms_ext_attr_table;
+/* The table in `packed` (`size` bytes), or NULL for malformed text (the byte and cause in ms_ext_last_error). */
+MS_EXT_EXPORT ms_ext_attr_table *ms_ext_attr_table_parse(const char *packed, size_t size);
+MS_EXT_EXPORT void ms_ext_attr_table_free(ms_ext_attr_table *table);
+/* 1 if the table holds `name`, else 0. */
+MS_EXT_EXPORT int ms_ext_attr_table_has(const ms_ext_attr_table *table, const char *name);
+/* Reads `name` as `kind` into *out (ints also read as floats). 0 on success, -1 on failure (ms_ext_last_error). */
+MS_EXT_EXPORT int ms_ext_attr_table_get(const ms_ext_attr_table *table, const char *name, ms_ext_attr_kind kind,
+                                        ms_ext_attr_value *out);
+
 /* Asks MindSpore for `count` scratch buffers of the given byte sizes (only meaningful inside an Init hook). */
 MS_EXT_EXPORT int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t count);
 

@@ -6,6 +6,7 @@
 // error (ms_ext_last_error) for the cases where MindSpore drops it (Init hooks, GPU launches).
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
@@ -43,12 +44,16 @@ inline std::string describe_current_exception() {
 
 // Runs `body` with every exception converted. Torch's grad mode is thread-local and MindSpore may launch on any of
 // its threads, so it is set explicitly for each call rather than inherited (kernels that need autograd enable it).
+// So is torch's intra-op thread count (OpenMP keeps it per thread): without at::init_num_threads a MindSpore
+// thread runs torch's parallel loops on every core whatever torch.set_num_threads said, competing with
+// MindSpore's own threads.
 // `op_name` is read when a failure is reported, so a body may name the operator once it knows it (the generic
 // ATen entry learns it from its attributes).
 template <typename Body>
 void guarded(const std::string &op_name, Body &&body) {
   ms_ext_clear_last_error();
   try {
+    at::init_num_threads();
     at::NoGradGuard no_grad;
     body();
   } catch (...) {

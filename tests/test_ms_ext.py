@@ -118,3 +118,19 @@ def test_inputs_are_views_of_the_callers_buffer(user_library, dtype):
     y = torch.empty_like(x)
     harness.call(user_library, "IncrementInput", [x], [y])
     assert torch.equal(x, before + 1) and torch.equal(y, x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernels_use_torch_s_thread_count_on_mindspore_s_threads(user_library, mode, threads):
+    """OpenMP keeps the thread count per thread: a launch on one of MindSpore's threads must still follow
+    torch.set_num_threads, not use every core beside MindSpore's own threads."""
+    from aot_ops import AotOp
+    from support import run_forward
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        (out,) = run_forward(AotOp(user_library, "TorchThreads"), [torch.zeros(3)])
+    finally:
+        torch.set_num_threads(before)
+    assert out.tolist() == [float(threads)] * 3

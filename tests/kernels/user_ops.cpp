@@ -1,4 +1,5 @@
 // A user's own aot source, as `python -m aot_ops build` compiles it. Used by the tests.
+#include <ATen/Parallel.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/sum.h>
@@ -18,6 +19,12 @@ MS_EXT_KERNEL(Double, ms_ext::Signature().inputs(1).outputs(1)) {
 // out = x, byte for byte: shows each dtype string maps to a type of the right size.
 MS_EXT_KERNEL(Identity, ms_ext::Signature().inputs(1).outputs(1)) {
   call.output_like(0, call.input(0)).copy_(call.input(0));
+}
+
+// out = x filled with torch's intra-op thread count as the kernel sees it (on whichever thread MindSpore launches).
+MS_EXT_KERNEL(TorchThreads, ms_ext::Signature().inputs(1).outputs(1).shapes(ms_ext::same_shape_as_input0)
+                                .types(ms_ext::same_type_as_input0)) {
+  call.output_like(0, call.input(0)).fill_(static_cast<double>(at::get_num_threads()));
 }
 
 // Throws something that is not a std::exception. Without ms_ext's boundary this aborts MindSpore's process.

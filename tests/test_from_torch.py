@@ -156,28 +156,28 @@ def test_fused_error_names_the_node_and_its_source_line(mode):
         torch.testing.assert_close(to_torch(cell(to_ms(x), to_ms(index))), x[index])
 
 
-def test_dict_output_keeps_its_structure(mode):
+def test_dict_output_keeps_its_structure(mode, fuse):
     torch.manual_seed(3)
     model = DictMLP()
     x = torch.randn(4, 12)
-    out = aot_ops.from_torch(model, (x,))(to_ms(x))
+    out = aot_ops.from_torch(model, (x,), fuse=fuse)(to_ms(x))
     expected = model(x)
     assert isinstance(out, dict) and list(out) == ["logits", "features"]
     for key in expected:
         torch.testing.assert_close(to_torch(out[key]), expected[key].detach(), rtol=1e-5, atol=1e-6)
     data = batches((4, 12))
     reference = WithLoss(copy.deepcopy(model), key="logits")
-    losses = train_mindspore(aot_ops.from_torch(WithLoss(model, key="logits"), data[0]), data)
+    losses = train_mindspore(aot_ops.from_torch(WithLoss(model, key="logits"), data[0], fuse=fuse), data)
     assert max(abs(a - b) / abs(b) for a, b in zip(losses, train_torch(reference, data))) < 1e-4
 
 
-def test_tuple_output():
+def test_tuple_output(fuse):
     class Pair(nn.Module):
         def forward(self, x):
             return torch.relu(x), (x * 2, x.sum())
 
     x = torch.randn(3, 4)
-    out = aot_ops.from_torch(Pair(), (x,))(to_ms(x))
+    out = aot_ops.from_torch(Pair(), (x,), fuse=fuse)(to_ms(x))
     assert isinstance(out, tuple) and isinstance(out[1], tuple)
     torch.testing.assert_close(to_torch(out[1][1]), x.sum())
 
@@ -202,11 +202,11 @@ def test_set_train_switches_between_the_graphs(mode, fuse):
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_state_dict_round_trip():
+def test_state_dict_round_trip(fuse):
     torch.manual_seed(5)
     model, other = ResNet(), ResNet()
     x = torch.randn(2, 3, 16, 16)
-    cell = aot_ops.from_torch(model, (x,))
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
     names = {p.name for p in cell.get_parameters()}
     assert set(model.state_dict()) <= names  # Parameters are named after the state_dict keys
     trainable = {p.name for p in cell.trainable_params()}

@@ -1,6 +1,7 @@
 """Training-step time of a PyTorch network ported with aot_ops.from_torch, against torch eager (CPU).
 
     .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 20] [--net transformer|resnet]
+    .venv/bin/python benchmarks/port_step.py --plot docs/port_step.png [--batches 4,8,16,32,64] [--steps 8]
 
 The network: nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128, dropout 0) and a linear classifier
 over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is forward + backward + SGD update,
@@ -10,7 +11,8 @@ by --threads. Prints the median step time over the measured steps (after warm-up
 compilation), the ratio to torch, the aot calls per step: per node (fuse=False: forward + backward launches of
 the generic ATen entry) or per graph (fuse=True: launches of the program entry), and for fuse=True the time spent
 inside the two program launches (the ATen work; the rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the tests'
-ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer.
+ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same
+measurement at several batch sizes, drawn as step time against batch size (log-log) into a PNG.
 """
 from __future__ import annotations
 
@@ -80,33 +82,84 @@ def mindspore_steps(model, batches, mode, fuse):
     return times, value, calls[-1], statistics.median(in_programs[3:])
 
 
+def network(name):
+    """(model, shape of one input batch without the batch size, classes, description)."""
+    torch.manual_seed(0)
+    if name == "transformer":
+        model = WithLoss(TransformerClassifier(D_MODEL, 4, CLASSES))
+        model.model.encoder = torch.nn.TransformerEncoderLayer(D_MODEL, 4, dim_feedforward=128, dropout=0.0,
+                                                               batch_first=True)
+        return model, (SEQ, D_MODEL), CLASSES, f"TransformerEncoderLayer classifier, sequence {SEQ}, d_model {D_MODEL}"
+    return WithLoss(ResNet()), CNN_SHAPE[1:], 5, "ResNet (tests/torch_nets.py), 3x64x64"
+
+
+def measure(model, batches):
+    """name -> (step times, last loss, aot calls per step, seconds inside programs per step)."""
+    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0)}
+    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
+        for fuse in (False, True):
+            name = f"{mode_name}, {'fused' if fuse else 'per node'}"
+            results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
+    return results
+
+
+def plot(path, net, described, batch_sizes, steps):
+    """Median step time against batch size for every variant, on log-log axes, saved as a PNG."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model, shape, classes, _ = network(net)
+    curves = {}
+    for batch in batch_sizes:
+        results = measure(model, data(3 + steps, (batch, *shape), classes))
+        for name, (times, *_rest) in results.items():
+            curves.setdefault(name, []).append(statistics.median(times[3:]) * 1e3)
+        print(f"batch {batch}: " + ", ".join(f"{n} {v[-1]:.2f} ms" for n, v in curves.items()), flush=True)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, values in curves.items():
+        axes.plot(batch_sizes, values, marker="o", label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axes.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axes.set_xlabel("batch size")
+    axes.set_ylabel("training step (ms, median)")
+    axes.set_title(f"{described}\ntorch {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs", fontsize=9)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+    return curves
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--steps", type=int, default=20, help="measured steps (after 3 warm-up steps)")
     parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
+    parser.add_argument("--launch-blocking", action="store_true",
+                        help="ms.runtime.launch_blocking(): PyNative launches each operator synchronously")
+    parser.add_argument("--plot", metavar="PNG", help="instead: step time against batch size, drawn into PNG")
+    parser.add_argument("--batches", default="4,8,16,32,64", help="batch sizes of --plot (default 4,8,16,32,64)")
     options = parser.parse_args(argv)
     torch.set_num_threads(options.threads)
     ms.set_device("CPU")
-    torch.manual_seed(0)
-    if options.net == "transformer":
-        model = WithLoss(TransformerClassifier(D_MODEL, 4, CLASSES))
-        model.model.encoder = torch.nn.TransformerEncoderLayer(D_MODEL, 4, dim_feedforward=128, dropout=0.0,
-                                                               batch_first=True)
-        batches = data(3 + options.steps, (BATCH, SEQ, D_MODEL), CLASSES)
-        described = f"TransformerEncoderLayer classifier, batch {BATCH}, sequence {SEQ}, d_model {D_MODEL}"
-    else:
-        model = WithLoss(ResNet())
-        batches = data(3 + options.steps, CNN_SHAPE, 5)
-        described = "ResNet (tests/torch_nets.py), batch 8, 3x64x64"
+    if options.launch_blocking:
+        ms.runtime.launch_blocking()
+    model, shape, classes, described = network(options.net)
+    batch = BATCH if options.net == "transformer" else CNN_SHAPE[0]
     print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
-    print(f"{described}: median of {options.steps} training steps after 3 warm-up steps")
-    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0)}
-    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
-        for fuse in (False, True):
-            name = f"{mode_name}{', fused' if fuse else ''}"
-            results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+          f"{', launch_blocking' if options.launch_blocking else ''}")
+    if options.plot:
+        plot(options.plot, options.net, described, [int(b) for b in options.batches.split(",")], options.steps)
+        return
+    print(f"{described}, batch {batch}: median of {options.steps} training steps after 3 warm-up steps")
+    results = measure(model, data(3 + options.steps, (batch, *shape), classes))
     base = statistics.median(results["torch eager"][0][3:])
     print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
     for name, (times, loss, (forward, backward, programs), in_programs) in results.items():

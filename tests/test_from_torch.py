@@ -249,13 +249,13 @@ class LossAndGrads(msnn.Cell):
         return self.net(x, target), self.grad(self.net, self.params)(x, target)
 
 
-def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch):
+def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
     counted = []  # MindSpore asks each operator for its output dtypes when it compiles a graph
     original = _primitive.AotOp._cpp_dtypes
     monkeypatch.setattr(_primitive.AotOp, "_cpp_dtypes", lambda self, *a: counted.append(1) or original(self, *a))
     torch.manual_seed(6)
     model = WithLoss(TransformerClassifier())
-    cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True)
+    cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         step = LossAndGrads(cell)
@@ -347,3 +347,27 @@ def test_unsupported_dtype_is_refused():
 def test_non_tensor_arguments_are_refused():
     with pytest.raises(TypeError, match="argument 1 is a int; give example tensors only"):
         aot_ops.from_torch(ConcatNet(), (torch.randn(2, 12), 3))
+
+
+def test_fused_dynamic_batch_computes_sizes_no_node_input_shows(mode):
+    """The backward of a sum expands a 0-dim gradient to the batch size: that node reads the size from the program's
+    inputs, since its own input has none."""
+    class WeightedSum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(5))
+
+        def forward(self, x):
+            return (x * self.weight).sum()
+
+    torch.manual_seed(8)
+    model = WeightedSum()
+    cell = aot_ops.from_torch(model, (torch.randn(4, 5),), dynamic_batch=True, fuse=True)
+    grad_fn = ms.grad(cell, grad_position=0, weights=cell.trainable_params())
+    for batch in (2, 7):
+        x = torch.randn(batch, 5, requires_grad=True)
+        x_grad, (w_grad,) = grad_fn(to_ms(x.detach()))
+        reference = copy.deepcopy(model)
+        reference(x).backward()
+        torch.testing.assert_close(to_torch(x_grad), x.grad)
+        torch.testing.assert_close(to_torch(w_grad), reference.weight.grad, rtol=1e-5, atol=1e-5)

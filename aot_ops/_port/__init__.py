@@ -44,7 +44,7 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     - `cell.source_file` is the generated source (one aten.op per torch node); print(cell) shows the structure.
     - `fuse=True`: the whole forward graph runs as ONE aot call and its backward (from torch's AOTAutograd) as
       one more, instead of one call per node: MindSpore's per-call dispatch is paid twice per training step.
-      Static shapes only for now (not with dynamic_batch/dynamic_shapes).
+      Also with dynamic_batch/dynamic_shapes (sizes are computed from the input shapes at run time).
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
     if not isinstance(model, torch.nn.Module):
@@ -61,8 +61,6 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
         dynamic_shapes = tuple({0: batch} if a.dim() > 0 else None for a in args)
     name = type(model).__name__
 
-    if fuse and dynamic_shapes is not None:
-        raise PortError("from_torch: fuse=True runs with static shapes only; use fuse=False with dynamic_batch")
     programs = {"eval": export(model, args, dynamic_shapes, training=False)}
     graphs: dict[str, Graph] = {"eval": read(programs["eval"])}
     refused_training = None

@@ -6,17 +6,23 @@ extra outputs of the forward, which MindSpore keeps for the bprop like any opera
 modes; nothing outlives MindSpore's own bookkeeping). A saved tensor that is a forward input is taken from the
 bprop's own inputs instead of being copied out. Each graph becomes one program (program.py) that the bundled
 library runs through the c10 dispatcher, parsed once.
+
+With a dynamic batch, AOTAutograd traces the exported graph's own symbolic example values (torch.export's fake
+tensors), so both graphs keep the batch as a symbol. The sizes AOTAutograd saves for the backward are not passed:
+the programs compute every size from tensor shapes at run time (graph.read_module).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from .._aten.sizes import from_sympy
 from .errors import PortError
-from .graph import read_module
+from .graph import bind_symbols, read_module
 from .program import Program, build
 
 
@@ -60,7 +66,7 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
     try:
-        with torch.fx.traceback.preserve_node_meta():
+        with torch.fx.traceback.preserve_node_meta(), _tracing_mode(flat):
             outs = compiled(*flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             differentiable = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -74,11 +80,11 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
 
     fgraph, fnames, fouts = read_module(captured["forward"])
     num_real = len(outs)
-    saved_names = fouts[num_real:]
     nodes = {n.name: n for n in captured["forward"].graph.nodes}
+    saved_names = [n for n in fouts[num_real:] if isinstance(nodes[n].meta.get("val"), torch.Tensor)]  # not sizes
     f_inputs = fnames + list(fgraph.constants)
     f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in fnames]
-    forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs))
+    forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
 
     specs = program.graph_signature.input_specs
     inputs = [_input_kind(spec) for spec in specs] + [("constant", f"f_{n}") for n in fgraph.constants]
@@ -94,15 +100,15 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
         return fused
 
     bgraph, bnames, bouts = read_module(captured["backward"])
-    if len(bnames) != len(saved_names) + len(differentiable):
-        raise PortError(f"{label}: the backward takes {len(bnames)} values, expected {len(saved_names)} saved and "
-                        f"{len(differentiable)} cotangents")
+    if bnames[:len(saved_names)] != saved_names or len(bnames) != len(saved_names) + len(differentiable):
+        raise PortError(f"{label}: the backward takes {len(bnames)} tensors, expected the {len(saved_names)} saved "
+                        f"ones and {len(differentiable)} cotangents")
     if len(bouts) != len(fnames):
         raise PortError(f"{label}: the backward returns {len(bouts)} gradients for {len(fnames)} inputs")
     bnodes = {n.name: n for n in captured["backward"].graph.nodes}
     b_outputs = [n for n in bouts if n is not None]
     b_inputs = bnames + list(bgraph.constants)
-    backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs))
+    backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs, bnames))
     fused.backward = backward
     fused.saved = [("input", fnames.index(n)) if n in fnames else ("output", f_outputs.index(n)) for n in saved_names]
     fused.tangents = differentiable
@@ -126,7 +132,11 @@ def _input_kind(spec) -> tuple[str, str]:
 
 def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
     """Example values for every placeholder of the exported graph: trainable parameters and floating user inputs
-    require gradients (MindSpore may ask for either)."""
+    require gradients (MindSpore may ask for either). With symbolic shapes (a dynamic batch), the exported graph's
+    own fake values, so that AOTAutograd traces the same symbols."""
+    examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
+    if any(isinstance(v, torch.Tensor) and _symbolic(v.shape) for v in examples):
+        return _symbolic_inputs(program, model, examples)
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
     user = iter(args)
@@ -147,12 +157,45 @@ def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
     return flat
 
 
-def _shapes(nodes: dict, names: list[str]) -> tuple[list, list]:
+def _symbolic_inputs(program: ExportedProgram, model: torch.nn.Module, examples: list) -> list:
+    trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    flat = []
+    with _fake_mode(examples):
+        for spec, example in zip(program.graph_signature.input_specs, examples):
+            value = example.detach().clone()
+            wants_grad = (spec.target in trainable if spec.kind == InputKind.PARAMETER else
+                          spec.kind == InputKind.USER_INPUT and (value.is_floating_point() or value.is_complex()))
+            flat.append(value.requires_grad_(True) if wants_grad else value)
+    return flat
+
+
+def _fake_mode(values):
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(values) or contextlib.nullcontext()
+
+
+def _tracing_mode(flat):
+    """Symbolic example values are traced inside their fake mode (the backward's ones_like included)."""
+    return _fake_mode(flat) if any(_symbolic(v.shape) for v in flat) else contextlib.nullcontext()
+
+
+def _symbolic(shape) -> bool:
+    return any(isinstance(d, torch.SymInt) and not d.node.expr.is_number for d in shape)
+
+
+def _shapes(nodes: dict, names: list[str], inputs: list[str]) -> tuple[list, list]:
+    """Each output's dtype, and its shape as ints and size expressions over the program inputs `inputs`."""
+    bindings = bind_symbols([nodes[n].meta.get("val") for n in inputs])
     shapes, dtypes = [], []
     for name in names:
         val = nodes[name].meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise PortError(f"{name} is not a tensor ({type(val).__name__}); fuse=True needs tensors between programs")
-        shapes.append([int(d) for d in val.shape])
+        try:
+            shapes.append([from_sympy(d.node.expr, bindings) if isinstance(d, torch.SymInt) else int(d)
+                           for d in val.shape])
+        except ValueError as exc:
+            raise PortError(f"{name}: {exc}; fuse=True needs output sizes given by the input shapes") from None
         dtypes.append(val.dtype)
     return shapes, dtypes

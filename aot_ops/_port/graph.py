@@ -40,6 +40,9 @@ class Operator:
     module: str                      # path of the torch module that made it ("" for the root)
     module_kind: str                 # its class name
     source: str                      # "model.py:12: y = self.fc(x)"
+    # Sizes read dimensions of the graph's inputs too (index len(inputs) + k is graph input k): a program node whose
+    # own inputs do not show a symbol (expand of a 0-dim gradient to the batch size); see read_module.
+    reads_graph_inputs: bool = False
 
 
 @dataclass
@@ -122,14 +125,17 @@ def read(program: ExportedProgram) -> Graph:
 
 
 class _Reader:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, graph_inputs: list | None = None):
         self.graph = graph
         self.aliases: dict[str, str] = {}    # identity nodes (dropout that draws nothing) -> what they return
+        # The graph inputs' values, where a node may also read their shapes (a program: program.cpp); None: a
+        # node's sizes come from its own inputs only (one aot call per node)
+        self.graph_inputs = graph_inputs
 
     @classmethod
-    def over(cls, graph: Graph, fx_graph: torch.fx.Graph) -> "_Reader":
+    def over(cls, graph: Graph, fx_graph: torch.fx.Graph, graph_inputs: list | None = None) -> "_Reader":
         """A reader that has visited every call of `fx_graph`, its steps added to `graph`."""
-        reader = cls(graph)
+        reader = cls(graph, graph_inputs)
         for node in fx_graph.nodes:
             if node.op == "call_function":
                 reader.visit(node)
@@ -211,10 +217,15 @@ class _Reader:
         input_vals = [n.meta["val"] for n in inputs]
         outputs = list(val) if isinstance(val, (tuple, list)) else [val]
         dynamic = any(_has_symbols(t.shape) for t in input_vals + outputs if isinstance(t, torch.Tensor))
-        if not inputs:
+        if not inputs and not (symbolic and self.graph_inputs is not None):
             self._constant(node, symbolic)
             return
-        bindings = _bind_symbols(input_vals)
+        bindings = bind_symbols(input_vals)
+        reads_graph_inputs = False
+        needed = _free_symbols(list(symbolic.values()) + [list(t.shape) for t in _tensors(val)])
+        if self.graph_inputs is not None and not needed <= set(bindings):
+            bindings = bind_symbols(input_vals + self.graph_inputs)  # its own inputs first
+            reads_graph_inputs = True
         for name, value in symbolic.items():
             fixed[name] = self._size(node, value, bindings)
         out_shapes = out_dtypes = None
@@ -226,7 +237,8 @@ class _Reader:
         self.graph.steps.append(Operator(
             name=node.name, target=f"{schema.name}.{overload}", fixed=fixed, inputs=[self.value(n) for n in inputs],
             num_outputs=len(val) if isinstance(val, (tuple, list)) else None, out_shapes=out_shapes,
-            out_dtypes=out_dtypes, module=path, module_kind=kind, source=source_line(node, short=True)))
+            out_dtypes=out_dtypes, module=path, module_kind=kind, source=source_line(node, short=True),
+            reads_graph_inputs=reads_graph_inputs))
 
     def _constant(self, node: torch.fx.Node, symbolic: dict) -> None:
         """A factory (torch.zeros, arange) of fixed size: computed now, a constant of the cell."""
@@ -272,11 +284,20 @@ def _is_symbolic(value) -> bool:
     return isinstance(value, torch.SymInt)
 
 
+def _free_symbols(values) -> set:
+    """The symbols the sizes among `values` (SymInts, nodes holding one, nested lists) depend on."""
+    if isinstance(values, (list, tuple)):
+        return set().union(*(_free_symbols(v) for v in values)) if values else set()
+    if isinstance(values, torch.fx.Node):
+        values = values.meta.get("val")
+    return set(values.node.expr.free_symbols) if isinstance(values, torch.SymInt) else set()
+
+
 def _has_symbols(shape) -> bool:
     return any(isinstance(d, torch.SymInt) and not d.node.expr.is_number for d in shape)
 
 
-def _bind_symbols(input_vals: list) -> dict[sympy.Symbol, SizeExpr]:
+def bind_symbols(input_vals: list) -> dict[sympy.Symbol, SizeExpr]:
     """Each symbol of the input shapes bound to an input dimension that equals it: a dimension that is the symbol
     itself, else one that is a multiple of it (16*s0 gives s0 = dim // 16) or it plus a constant."""
     bindings: dict[sympy.Symbol, Size] = {}
@@ -305,18 +326,23 @@ def _bind_symbols(input_vals: list) -> dict[sympy.Symbol, SizeExpr]:
 
 
 def read_module(module: torch.fx.GraphModule) -> tuple[Graph, list[str], list[str | None]]:
-    """A plain fx graph of ATen calls (AOTAutograd's forward or backward graph) -> (graph, its placeholders in
-    order, its outputs in order: value names, None where the graph returns None)."""
+    """A plain fx graph of ATen calls (AOTAutograd's forward or backward graph), to run as one program ->
+    (graph, its tensor placeholders in order, its outputs in order: value names, None where the graph returns
+    None). Size placeholders (SymInts AOTAutograd saves for the backward) are not inputs: every size is computed
+    from tensor shapes, a node's own or, where those do not show it, the graph's tensor inputs'."""
     graph = Graph(inputs=[], state={}, constants={})
-    placeholders = []
+    placeholders, values = [], []
     for node in module.graph.nodes:
         if node.op == "placeholder":
-            placeholders.append(node.name)
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
+                placeholders.append(node.name)
+                values.append(val)
                 graph.inputs.append(UserInput(node.name, tuple(d if isinstance(d, int) else None for d in val.shape),
                                               val.dtype))
-    reader = _Reader.over(graph, module.graph)
+            elif not isinstance(val, (torch.SymInt, int)):
+                raise PortError(f"the graph takes {node.name}, a {type(val).__name__}, neither a tensor nor a size")
+    reader = _Reader.over(graph, module.graph, values)
     output_node = next(n for n in module.graph.nodes if n.op == "output")
     values = output_node.args[0]
     outputs: list[str | None] = []

@@ -73,6 +73,8 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
         nodes[prefix + "slots"] = [slot[v] for v in step.inputs]
         nodes[prefix + "results"] = results
         nodes[prefix + "source"] = step.source
+        if step.reads_graph_inputs:
+            nodes[prefix + "graph_shapes"] = True
         first_result[step.name] = next_slot
         slot[step.name] = next_slot
         next_slot += results

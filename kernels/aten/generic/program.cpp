@@ -19,8 +19,11 @@
 //   n<k>_slots           int list   the slot of each of its tensor inputs, in the order AtenOp numbers them
 //   n<k>_results         int        how many tensors it returns (they take the next slots)
 //   n<k>_source          str        the torch node and source line it came from, for errors
+//   n<k>_graph_shapes    bool       its size expressions also read the program inputs' shapes (optional)
 // Slots 0..inputs-1 hold MindSpore's inputs; each node's results take the next free slot numbers in node order.
-// Sizes that depend on input shapes are evaluated per node from its own inputs' shapes, at run time.
+// Sizes that depend on input shapes are evaluated per node at run time, from its own inputs' shapes, followed for
+// an n<k>_graph_shapes node by the program inputs' shapes (a size its own inputs do not show: expanding a 0-dim
+// gradient to the batch size).
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -44,11 +47,13 @@ struct ProgramNode {
   int first_result;
   int num_results;
   std::string source;
+  bool graph_shapes;             // sizes may read the program inputs' shapes, after the node's own
   std::vector<int64_t> release;  // slots last read by this node: freed after it runs (peak memory as torch's)
 
   ProgramNode(const ms_ext::Attrs &attrs, int first)
       : plan(attrs), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
-        num_results(static_cast<int>(attrs.get<int64_t>("results"))), source(attrs.get<std::string>("source", "")) {
+        num_results(static_cast<int>(attrs.get<int64_t>("results"))), source(attrs.get<std::string>("source", "")),
+        graph_shapes(attrs.get<bool>("graph_shapes", false)) {
     if (plan.num_inputs < 0 || static_cast<size_t>(plan.num_inputs) != slots.size())
       throw std::invalid_argument(plan.name + ": " + std::to_string(slots.size()) + " input slots for " +
                                   std::to_string(plan.num_inputs) + " inputs");
@@ -98,6 +103,8 @@ struct Program {
     c10::InferenceMode inference;
     std::vector<at::Tensor> slots(num_slots);
     for (int i = 0; i < num_inputs; ++i) slots[i] = inputs[i];
+    std::vector<ms_ext::Shape> input_shapes;
+    for (const at::Tensor &t : inputs) input_shapes.emplace_back(t.sizes().begin(), t.sizes().end());
     std::vector<at::Tensor> args;
     std::vector<ms_ext::Shape> shapes;
     for (size_t k = 0; k < nodes.size(); ++k) {
@@ -109,6 +116,7 @@ struct Program {
           args.push_back(slots[slot]);
           shapes.emplace_back(slots[slot].sizes().begin(), slots[slot].sizes().end());
         }
+        if (node.graph_shapes) shapes.insert(shapes.end(), input_shapes.begin(), input_shapes.end());
         torch::jit::Stack stack =
             node.plan.stack(node.plan.layout(static_cast<int>(args.size())), [&](int64_t i) { return args.at(i); },
                             shapes);

@@ -26,6 +26,9 @@ _PROTOTYPES = {
     "ms_ext_last_error_any_thread": (_c_char_p, []),
     "ms_ext_live_kernel_states": (_c_int64, []),
     "ms_ext_guarded_call": (_c_int, None),
+    "ms_ext_call_extra_new": (_c_void_p, [_c_char_p, ctypes.c_size_t]),
+    "ms_ext_call_extra_free": (None, [_c_void_p]),
+    "ms_ext_call_extra_workspace": (ctypes.c_size_t, [_c_void_p, _c_void_p, ctypes.c_size_t]),
     # the generic ATen entry (kernels/aten/generic/aten_op.cpp)
     "aot_ops_aten_launches": (_c_int64, [_c_int]),
     "aot_ops_aten_refusal": (_c_char_p, [_c_char_p, _c_int]),

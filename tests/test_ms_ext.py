@@ -134,3 +134,35 @@ def test_kernels_use_torch_s_thread_count_on_mindspore_s_threads(user_library, m
     finally:
         torch.set_num_threads(before)
     assert out.tolist() == [float(threads)] * 3
+
+
+# ---- the harness with attributes: an ms_ext call extra instead of MindSpore's AotExtra -------------------------
+
+def test_harness_passes_attributes_and_runs_init_as_mindspore_does():
+    x = torch.randn(64)
+    y = torch.empty(64)
+    library = aot_ops.library_path()
+    states = aot_ops.live_kernel_states(library)
+    harness.call(library, "LeakyRelu", [x], [y], attrs={"negative_slope": 0.3})
+    torch.testing.assert_close(y, torch.nn.functional.leaky_relu(x, 0.3), rtol=0, atol=0)
+    assert aot_ops.live_kernel_states(library) == states  # Init's state was freed with the call extra
+
+
+def test_harness_attributes_of_every_kind_reach_the_kernel(user_library):
+    from test_attributes import ALL_KINDS, expected_echo
+
+    expected = expected_echo(ALL_KINDS)
+    out = torch.empty(len(expected), dtype=torch.float64)
+    harness.call(user_library, "AttrEcho", [torch.zeros(1)], [out], attrs=ALL_KINDS)
+    assert out.tolist() == expected
+
+
+def test_harness_attribute_errors_name_operator_and_attribute(user_library):
+    from test_attributes import ALL_KINDS
+
+    attrs = {k: v for k, v in ALL_KINDS.items() if k != "s"}
+    with pytest.raises(harness.AotCallError, match=r"AttrEcho: kernel initialisation failed: attribute 's' "
+                                                   r"\(expected str\): the attribute is missing"):
+        harness.call(user_library, "AttrEcho", [torch.zeros(1)], [torch.empty(1, dtype=torch.float64)], attrs=attrs)
+    with pytest.raises(ValueError, match="give attrs or extra, not both"):
+        harness.call(user_library, "AttrEcho", [torch.zeros(1)], [torch.empty(1)], attrs={}, extra=1)

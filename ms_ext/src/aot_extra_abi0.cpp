@@ -69,6 +69,24 @@ namespace {
 
 mindspore::AotExtra *as_extra(ms_ext_extra *extra) { return reinterpret_cast<mindspore::AotExtra *>(extra); }
 
+}  // namespace
+
+// An `extra` made by ms_ext itself for calls that do not come from MindSpore (c_api.h). Its first word is a magic
+// number where an AotExtra has its vtable pointer (a user-space address, which the magic can never be).
+struct ms_ext_call_extra {
+  uint64_t magic = MS_EXT_CALL_EXTRA_MAGIC;
+  ms_ext_attr_table *table = nullptr;
+  mindspore::AotKernelData *kernel_data = nullptr;
+  std::vector<size_t> workspace;
+};
+
+namespace {
+
+ms_ext_call_extra *as_call_extra(ms_ext_extra *extra) {
+  auto *own = reinterpret_cast<ms_ext_call_extra *>(extra);
+  return own != nullptr && own->magic == MS_EXT_CALL_EXTRA_MAGIC ? own : nullptr;
+}
+
 using ms_ext_decode::copy_to_malloc;
 using ms_ext_decode::parse_exact_double;
 using ms_ext_decode::parse_exact_doubles;
@@ -161,6 +179,7 @@ const char *ms_ext_attr_kind_name(ms_ext_attr_kind kind) {
 
 int ms_ext_extra_has_attr(ms_ext_extra *extra, const char *name) {
   if (extra == nullptr) return 0;  // no extra (e.g. a harness call): no attributes at all
+  if (ms_ext_call_extra *own = as_call_extra(extra)) return ms_ext_attr_table_has(own->table, name);
   try {
     return as_extra(extra)->HasAttr(name) ? 1 : 0;
   } catch (const std::exception &e) {
@@ -175,6 +194,7 @@ int ms_ext_extra_get_attr(ms_ext_extra *extra, const char *name, ms_ext_attr_kin
   std::memset(out, 0, sizeof(*out));
   out->kind = kind;
   if (extra == nullptr) return fail("the attribute is missing (no attributes were passed to this call)");
+  if (ms_ext_call_extra *own = as_call_extra(extra)) return ms_ext_attr_table_get(own->table, name, kind, out);
   try {
     if (!as_extra(extra)->HasAttr(name)) return fail("the attribute is missing");
     read_attr(as_extra(extra), name, kind, out);
@@ -203,6 +223,10 @@ void ms_ext_attr_value_free(ms_ext_attr_value *value) {
 
 int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t count) {
   if (extra == nullptr) return fail("workspace requested without a MindSpore AotExtra (not inside an Init hook)");
+  if (ms_ext_call_extra *own = as_call_extra(extra)) {
+    own->workspace.assign(bytes, bytes + count);
+    return 0;
+  }
   try {
     as_extra(extra)->SetWorkSpace(std::vector<size_t>(bytes, bytes + count));
     return 0;
@@ -213,6 +237,11 @@ int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t 
 
 int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state) {
   if (extra == nullptr) return fail("kernel state set without a MindSpore AotExtra");
+  if (ms_ext_call_extra *own = as_call_extra(extra)) {
+    delete own->kernel_data;
+    own->kernel_data = static_cast<mindspore::AotKernelData *>(state);
+    return 0;
+  }
   mindspore::AotExtra *e = as_extra(extra);
   // MindSpore deletes the previous object only when the kernel dies; replacing it here must not leak it.
   delete e->KernelData();
@@ -222,7 +251,35 @@ int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state) {
 
 void *ms_ext_extra_kernel_data(ms_ext_extra *extra) {
   if (extra == nullptr) return nullptr;
+  if (ms_ext_call_extra *own = as_call_extra(extra)) return own->kernel_data;
   return as_extra(extra)->KernelData();
+}
+
+ms_ext_call_extra *ms_ext_call_extra_new(const char *packed, size_t size) {
+  ms_ext_attr_table *table = ms_ext_attr_table_parse(packed, size);
+  if (table == nullptr) return nullptr;  // the cause is the last error
+  auto *own = new (std::nothrow) ms_ext_call_extra();
+  if (own == nullptr) {
+    ms_ext_attr_table_free(table);
+    fail("out of memory");
+    return nullptr;
+  }
+  own->table = table;
+  return own;
+}
+
+void ms_ext_call_extra_free(ms_ext_call_extra *extra) {
+  if (extra == nullptr || extra->magic != MS_EXT_CALL_EXTRA_MAGIC) return;
+  delete extra->kernel_data;  // as MindSpore deletes a kernel's data with the kernel
+  ms_ext_attr_table_free(extra->table);
+  extra->magic = 0;
+  delete extra;
+}
+
+size_t ms_ext_call_extra_workspace(const ms_ext_call_extra *extra, size_t *bytes, size_t capacity) {
+  if (extra == nullptr) return 0;
+  for (size_t i = 0; i < extra->workspace.size() && i < capacity; ++i) bytes[i] = extra->workspace[i];
+  return extra->workspace.size();
 }
 
 }  // extern "C"

@@ -100,6 +100,22 @@ MS_EXT_EXPORT int ms_ext_attr_table_has(const ms_ext_attr_table *table, const ch
 MS_EXT_EXPORT int ms_ext_attr_table_get(const ms_ext_attr_table *table, const char *name, ms_ext_attr_kind kind,
                                         ms_ext_attr_value *out);
 
+/*
+ * An `extra` for calls that do not come from MindSpore (aot_ops.harness with attributes; a front that launches
+ * entry points itself): attributes from a packed table, and the kernel state and scratch sizes an Init hook sets,
+ * kept as MindSpore keeps them. Every ms_ext_extra_* function accepts it in place of MindSpore's AotExtra: it is
+ * told apart by its first word, MS_EXT_CALL_EXTRA_MAGIC, where an AotExtra holds its vtable pointer (a user-space
+ * address, which the magic, with its top bits set, can never be).
+ */
+#define MS_EXT_CALL_EXTRA_MAGIC 0xA07E5A7E00000001ULL
+typedef struct ms_ext_call_extra ms_ext_call_extra;
+/* A new call extra holding the packed attributes, or NULL for malformed text (cause in ms_ext_last_error). */
+MS_EXT_EXPORT ms_ext_call_extra *ms_ext_call_extra_new(const char *packed, size_t size);
+/* Frees it and the kernel state an Init hook left in it. */
+MS_EXT_EXPORT void ms_ext_call_extra_free(ms_ext_call_extra *extra);
+/* The scratch sizes an Init hook asked for: their count; the first `capacity` are written to `bytes`. */
+MS_EXT_EXPORT size_t ms_ext_call_extra_workspace(const ms_ext_call_extra *extra, size_t *bytes, size_t capacity);
+
 /* Asks MindSpore for `count` scratch buffers of the given byte sizes (only meaningful inside an Init hook). */
 MS_EXT_EXPORT int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t count);
 

@@ -74,21 +74,9 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
             raise ValueError("MindSpore passes contiguous buffers; make the tensors contiguous")
     n = len(tensors)
     params = (ctypes.c_void_p * (n + len(workspaces)))()
-    ndims = (ctypes.c_int * max(n, 1))()
-    shapes = (ctypes.POINTER(ctypes.c_int64) * max(n, 1))()
-    dtype_strs = (ctypes.c_char_p * max(n, 1))()
-    keep_alive = []
     for i, t in enumerate(tensors):
-        if t is None:
-            params[i], ndims[i], shapes[i], dtype_strs[i] = None, 0, None, b"none"
-            continue
-        params[i] = t.data_ptr() or None
-        ndims[i] = t.dim()
-        if t.dim() > 0:  # MindSpore passes NULL for a 0-dim tensor's shape
-            arr = (ctypes.c_int64 * t.dim())(*t.shape)
-            keep_alive.append(arr)
-            shapes[i] = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
-        dtype_strs[i] = (dtypes[i] if dtypes is not None else checked_ms_name(t.dtype)).encode()
+        params[i] = None if t is None else (t.data_ptr() or None)
+    ndims, shapes, dtype_strs, _keep_alive = _describe(tensors, dtypes)
     for j, w in enumerate(workspaces):
         params[n + j] = w.data_ptr()
     shim = _shim_library(lib)
@@ -98,6 +86,24 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
         ctypes.c_void_p(stream), ctypes.c_void_p(extra))
     if status != 0:
         raise AotCallError(last_error(shim))
+
+
+def _describe(tensors: Sequence[torch.Tensor | None], dtypes: Sequence[str] | None):
+    """The ndims, shapes and dtypes arrays MindSpore passes for these tensors (and the shape arrays to keep alive):
+    a 0-dim tensor has a NULL shape, a None argument rank 0 and dtype "none"."""
+    n = max(len(tensors), 1)
+    ndims, shapes, names = (ctypes.c_int * n)(), (ctypes.POINTER(ctypes.c_int64) * n)(), (ctypes.c_char_p * n)()
+    keep_alive = []
+    for i, t in enumerate(tensors):
+        if t is None:
+            names[i] = b"none"
+            continue
+        ndims[i] = t.dim()
+        if t.dim() > 0:
+            keep_alive.append((ctypes.c_int64 * t.dim())(*t.shape))
+            shapes[i] = ctypes.cast(keep_alive[-1], ctypes.POINTER(ctypes.c_int64))
+        names[i] = (dtypes[i] if dtypes is not None else checked_ms_name(t.dtype)).encode()
+    return ndims, shapes, names, keep_alive
 
 
 def _device(inputs, outputs) -> torch.device:
@@ -119,18 +125,7 @@ class _CallExtra:
 
     def init(self, init, tensors: Sequence[torch.Tensor | None], dtypes: Sequence[str] | None) -> None:
         """Runs the Init hook with the arrays MindSpore passes it: ranks, shapes and dtypes of inputs and outputs."""
-        n = max(len(tensors), 1)
-        ndims, shapes, names = (ctypes.c_int * n)(), (ctypes.POINTER(ctypes.c_int64) * n)(), (ctypes.c_char_p * n)()
-        keep_alive = []
-        for i, t in enumerate(tensors):
-            if t is None:
-                names[i] = b"none"
-                continue
-            ndims[i] = t.dim()
-            if t.dim() > 0:
-                keep_alive.append((ctypes.c_int64 * t.dim())(*t.shape))
-                shapes[i] = ctypes.cast(keep_alive[-1], ctypes.POINTER(ctypes.c_int64))
-            names[i] = (dtypes[i] if dtypes is not None else checked_ms_name(t.dtype)).encode()
+        ndims, shapes, names, _keep_alive = _describe(tensors, dtypes)
         init.restype, init.argtypes = ctypes.c_int, [ctypes.c_void_p] * 4
         if init(ndims, shapes, names, self.address) != 0:
             raise AotCallError(last_error(self.library))

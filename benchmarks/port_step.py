@@ -143,6 +143,7 @@ def main(argv=None):
     parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
     parser.add_argument("--launch-blocking", action="store_true",
                         help="ms.runtime.launch_blocking(): PyNative launches each operator synchronously")
+    parser.add_argument("--per-step", action="store_true", help="also print every measured step's time")
     parser.add_argument("--plot", metavar="PNG", help="instead: step time against batch size, drawn into PNG")
     parser.add_argument("--batches", default="4,8,16,32,64", help="batch sizes of --plot (default 4,8,16,32,64)")
     options = parser.parse_args(argv)
@@ -167,6 +168,10 @@ def main(argv=None):
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
         print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {loss:>10.5f}")
+    if options.per_step:
+        print("every measured step (ms):")
+        for name, (times, *_rest) in results.items():
+            print(f"  {name:<20} " + " ".join(f"{t * 1e3:.1f}" for t in times[3:]))
 
 
 if __name__ == "__main__":

@@ -158,6 +158,18 @@ class AotOp(ops.Custom):
         with CALL_LOCK:
             return super().__call__(*args)
 
+    def __getattr__(self, item):
+        # An AotOp whose __init__ raised (a refused kernel or attribute) has no MindSpore state: MindSpore's own
+        # lookup reads self.attrs, which recursed until the C stack overflowed when pytest printed the failure.
+        if "attrs" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__} was not initialised: no attribute {item!r}")
+        return super().__getattr__(item)
+
+    def __repr__(self):
+        if "attrs" not in self.__dict__:
+            return f"<{type(self).__name__}, not initialised>"
+        return super().__repr__()
+
     def name_for_errors(self) -> str:
         return getattr(self.infer, "name", None) or self.symbol
 

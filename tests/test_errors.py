@@ -183,3 +183,20 @@ def test_result_dtype_without_mindspore_equivalent_names_the_operator(mode):
     with pytest.raises(TypeError, match=r"aten::add.Tensor: torch dtype torch.complex32 has no MindSpore"):
         call(aten.op("aten::add.Tensor"), half, np.array(1 + 1j, np.complex64))
     assert_next_call_works()
+
+
+def test_a_refused_operator_fails_a_pytest_test_without_crashing_pytest(user_library, tmp_path):
+    """pytest prints the locals of a failing test, the half-made AotOp among them: printing it used to recurse in
+    MindSpore's attribute lookup until the process died (SIGSEGV) instead of reporting the error."""
+    test_file = tmp_path / "test_refused.py"
+    test_file.write_text(textwrap.dedent(f"""
+        from aot_ops import AotOp
+
+        def test_refused():
+            AotOp({str(user_library)!r}, "Double")  # no shape or dtype rules: refused
+    """))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Double: the kernel in" in result.stdout and "has no C++ shape/dtype rules" in result.stdout
+    assert "1 failed" in result.stdout

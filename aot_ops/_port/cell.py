@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import time
+
 import collections
 import keyword
 import sys
@@ -125,11 +127,24 @@ class PortedCell(nn.Cell):
 
     def __call__(self, *args, **kwargs):
         self._check_inputs(args)
+        graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
         with CALL_LOCK:  # one thread at a time (see _primitive.CALL_LOCK)
-            if self.__dict__.get("_flat_twin") is not None and ms.get_context("mode") == ms.GRAPH_MODE:
-                leaves = self._flat_twin(*args, **kwargs)
-                return tree_unflatten(list(leaves), self._spec.out_spec)
-            return super().__call__(*args, **kwargs)
+            try:
+                if self.__dict__.get("_flat_twin") is not None and graph_mode:
+                    leaves = self._flat_twin(*args, **kwargs)
+                    return tree_unflatten(list(leaves), self._spec.out_spec)
+                return super().__call__(*args, **kwargs)
+            except Exception:
+                if graph_mode:
+                    self._forget_compiled_graphs()
+                raise
+
+    def _forget_compiled_graphs(self) -> None:
+        """After a kernel failed, MindSpore 2.10 fails every later run of that compiled graph with an empty
+        RuntimeError (built-in operators too); a new creation time gives the next call a freshly compiled graph."""
+        for cell in (self, self.__dict__.get("_flat_twin")):
+            if cell is not None:
+                object.__setattr__(cell, "_create_time", time.time_ns())
 
     def _check_inputs(self, args) -> None:
         """The inputs' shapes and dtypes against those the module was ported for (construct checks again, for calls

@@ -19,33 +19,9 @@ from typing import Mapping, Sequence
 
 import torch
 
+from ._attr_kinds import ATTR_KINDS
 from ._clib import last_error, open_library
 from ._dtypes import from_ms_name, ms_name
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return _is_int(v) or isinstance(v, float)
-
-
-def _is_list_of(v, item) -> bool:
-    return isinstance(v, (list, tuple)) and all(item(x) for x in v)
-
-
-# ms_ext_attr_kind (ms_ext/c_api.h): its name in messages and the Python values that travel as it.
-ATTR_KINDS = {
-    0: ("bool", lambda v: isinstance(v, bool)),
-    1: ("int", _is_int),
-    2: ("float", _is_number),
-    3: ("str", lambda v: isinstance(v, str)),
-    4: ("list of int", lambda v: _is_list_of(v, _is_int)),
-    5: ("list of float", lambda v: _is_list_of(v, _is_number)),
-    6: ("list of lists of int", lambda v: _is_list_of(v, lambda row: _is_list_of(row, _is_int))),
-    7: ("list of lists of float", lambda v: _is_list_of(v, lambda row: _is_list_of(row, _is_number))),
-}
 
 
 class KernelSignature:

@@ -131,9 +131,11 @@ class _CallExtra:
             raise AotCallError(last_error(self.library))
 
     def workspace(self) -> list[int]:
-        sizes = (ctypes.c_size_t * 16)()
-        count = self.library.ms_ext_call_extra_workspace(self.address, sizes, 16)
-        return list(sizes[:min(count, 16)])
+        """The byte size of each scratch buffer the Init hook asked for."""
+        count = self.library.ms_ext_call_extra_workspace(self.address, None, 0)
+        sizes = (ctypes.c_size_t * max(count, 1))()
+        self.library.ms_ext_call_extra_workspace(self.address, sizes, count)
+        return list(sizes[:count])
 
     def __enter__(self):
         return self

@@ -10,11 +10,10 @@
 """
 from __future__ import annotations
 
-import time
-
 import collections
 import keyword
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 

@@ -22,7 +22,7 @@ from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
 from .errors import PortError
-from .graph import bind_symbols, read_module
+from .graph import bind_symbols, has_symbols, read_module
 from .program import Program, build
 
 
@@ -135,7 +135,7 @@ def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
     require gradients (MindSpore may ask for either). With symbolic shapes (a dynamic batch), the exported graph's
     own fake values, so that AOTAutograd traces the same symbols."""
     examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
-    if any(isinstance(v, torch.Tensor) and _symbolic(v.shape) for v in examples):
+    if any(isinstance(v, torch.Tensor) and has_symbols(v.shape) for v in examples):
         return _symbolic_inputs(program, model, examples)
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
@@ -177,11 +177,7 @@ def _fake_mode(values):
 
 def _tracing_mode(flat):
     """Symbolic example values are traced inside their fake mode (the backward's ones_like included)."""
-    return _fake_mode(flat) if any(_symbolic(v.shape) for v in flat) else contextlib.nullcontext()
-
-
-def _symbolic(shape) -> bool:
-    return any(isinstance(d, torch.SymInt) and not d.node.expr.is_number for d in shape)
+    return _fake_mode(flat) if any(has_symbols(v.shape) for v in flat) else contextlib.nullcontext()
 
 
 def _shapes(nodes: dict, names: list[str], inputs: list[str]) -> tuple[list, list]:

@@ -216,7 +216,7 @@ class _Reader:
                 fixed[arg.name] = value
         input_vals = [n.meta["val"] for n in inputs]
         outputs = list(val) if isinstance(val, (tuple, list)) else [val]
-        dynamic = any(_has_symbols(t.shape) for t in input_vals + outputs if isinstance(t, torch.Tensor))
+        dynamic = any(has_symbols(t.shape) for t in input_vals + outputs if isinstance(t, torch.Tensor))
         if not inputs and not (symbolic and self.graph_inputs is not None):
             self._constant(node, symbolic)
             return
@@ -293,7 +293,7 @@ def _free_symbols(values) -> set:
     return set(values.node.expr.free_symbols) if isinstance(values, torch.SymInt) else set()
 
 
-def _has_symbols(shape) -> bool:
+def has_symbols(shape) -> bool:
     return any(isinstance(d, torch.SymInt) and not d.node.expr.is_number for d in shape)
 
 

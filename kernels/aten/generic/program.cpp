@@ -70,6 +70,7 @@ struct Program {
   int num_slots = 0;
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
   std::vector<int64_t> outputs;
+  bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
 
   explicit Program(const ms_ext::Attrs &attrs)
       : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
@@ -84,6 +85,7 @@ struct Program {
           throw std::invalid_argument(node.describe(k) + " reads slot " + std::to_string(slot) +
                                       ", which no earlier node or input fills");
       num_slots += node.num_results;
+      reads_input_shapes = reads_input_shapes || node.graph_shapes;
     }
     for (int64_t slot : outputs)
       if (slot < 0 || slot >= num_slots) throw std::invalid_argument("an output reads slot " + std::to_string(slot));
@@ -104,7 +106,8 @@ struct Program {
     std::vector<at::Tensor> slots(num_slots);
     for (int i = 0; i < num_inputs; ++i) slots[i] = inputs[i];
     std::vector<ms_ext::Shape> input_shapes;
-    for (const at::Tensor &t : inputs) input_shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    if (reads_input_shapes)
+      for (const at::Tensor &t : inputs) input_shapes.emplace_back(t.sizes().begin(), t.sizes().end());
     std::vector<at::Tensor> args;
     std::vector<ms_ext::Shape> shapes;
     for (size_t k = 0; k < nodes.size(); ++k) {

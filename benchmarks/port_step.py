@@ -13,6 +13,14 @@ the generic ATen entry) or per graph (fuse=True: launches of the program entry),
 inside the two program launches (the ATen work; the rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the tests'
 ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same
 measurement at several batch sizes, drawn as step time against batch size (log-log) into a PNG.
+
+The "GRAPH_MODE, framework" row runs the same value_and_grad + nn.SGD step on a stand-in network that holds the
+ported one's parameters and only sums them: what MindSpore's compiled step costs without the network's work, the
+floor under the fused GRAPH_MODE row. "torch, AOT graphs" is torch's step with the model run through the forward and
+backward graphs AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how long it ran and how long it waited runnable for a CPU: MindSpore's
+pipeline threads wait for work by spinning, which on a machine with few cores takes the CPU from the thread that
+runs the kernels. `--dispatch-threads N` sets `ms.runtime.dispatch_threads_num(N)` first (MindSpore's default is 5,
+capped at the core count).
 """
 from __future__ import annotations
 
@@ -56,6 +64,49 @@ def torch_steps(model, batches):
     return times, loss.item()
 
 
+def torch_aot_steps(model, batches):
+    """torch_steps with the model run through AOTAutograd's forward and backward graphs (the graphs fuse=True's
+    programs execute), eagerly from Python: what those graphs cost in torch itself."""
+    from functorch.compile import aot_module, make_boxed_func
+    from torch._functorch.partitioners import default_partition
+
+    def eager(graph, _inputs):
+        return make_boxed_func(graph)
+
+    wrapped = aot_module(model, fw_compiler=eager, bw_compiler=eager, partition_fn=default_partition)
+    return torch_steps(wrapped, batches)
+
+
+def thread_clock() -> dict[str, tuple[int, int]]:
+    """Per thread of this process (name:tid): (nanoseconds run on a CPU, nanoseconds spent runnable but waiting for
+    one), from Linux's /proc/self/task/*/schedstat; {} where that is not readable."""
+    clocks = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return clocks
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm, open(f"/proc/self/task/{tid}/schedstat") as stat:
+                run, wait, _slices = map(int, stat.read().split())
+                clocks[f"{comm.read().strip()}:{tid}"] = (run, wait)
+        except (OSError, ValueError):
+            continue
+    return clocks
+
+
+def thread_times(before, after, steps) -> dict[str, tuple[float, float]]:
+    """Thread name -> (ms run, ms waiting for a CPU) per step between two thread_clock() readings, for the threads
+    that ran at least 0.1 ms per step (threads of the same name added up)."""
+    per_name: dict[str, list[float]] = {}
+    for key, (run, wait) in after.items():
+        run0, wait0 = before.get(key, (0, 0))
+        totals = per_name.setdefault(key.rsplit(":", 1)[0], [0.0, 0.0])
+        totals[0] += (run - run0) / 1e6 / steps
+        totals[1] += (wait - wait0) / 1e6 / steps
+    return {name: (run, wait) for name, (run, wait) in per_name.items() if run >= 0.1}
+
+
 def launches():
     forward, backward = aot_ops.aten_launches()
     return forward, backward, aot_ops.program_launches(), aot_ops.program_seconds()
@@ -68,7 +119,9 @@ def mindspore_steps(model, batches, mode, fuse):
     step = ms.value_and_grad(cell, None, optimizer.parameters)
     inputs = [(to_ms(x), to_ms(t)) for x, t in batches]
     times, calls, in_programs = [], [], []
-    for x, target in inputs:
+    for index, (x, target) in enumerate(inputs):
+        if index == 3:  # after the warm-up steps
+            clocks = thread_clock()
         before = launches()
         start = time.perf_counter()
         loss, grads = step(x, target)
@@ -78,8 +131,42 @@ def mindspore_steps(model, batches, mode, fuse):
         after = launches()
         calls.append(tuple(a - b for a, b in zip(after[:3], before[:3])))
         in_programs.append(after[3] - before[3])
+    threads = thread_times(clocks, thread_clock(), len(inputs) - 3)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    return times, value, calls[-1], statistics.median(in_programs[3:])
+    return times, value, calls[-1], statistics.median(in_programs[3:]), threads
+
+
+class ParametersOnly(msnn.Cell):
+    """A stand-in network with the ported one's parameters whose loss is the sum of the parameters' sums: a step
+    through it is what MindSpore's value_and_grad + nn.SGD cost without the network's own work."""
+
+    def __init__(self, parameters):
+        super().__init__()
+        self.weights = ms.ParameterTuple([ms.Parameter(p.value().copy(), name=f"w{k}")
+                                          for k, p in enumerate(parameters)])
+
+    def construct(self, x, target):
+        total = self.weights[0].sum()
+        for weight in self.weights[1:]:
+            total = total + weight.sum()
+        return total
+
+
+def framework_steps(model, batches, mode):
+    """Step times of ParametersOnly over the ported model's parameters, as mindspore_steps measures them."""
+    ms.set_context(mode=mode)
+    cell = ParametersOnly(aot_ops.from_torch(model, batches[0]).trainable_params())
+    optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
+    step = ms.value_and_grad(cell, None, optimizer.parameters)
+    times = []
+    for x, target in [(to_ms(x), to_ms(t)) for x, t in batches]:
+        start = time.perf_counter()
+        loss, grads = step(x, target)
+        optimizer(grads)
+        float(loss.asnumpy())
+        times.append(time.perf_counter() - start)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    return times, float("nan"), (0, 0, 0), 0.0, {}
 
 
 def network(name):
@@ -93,13 +180,19 @@ def network(name):
     return WithLoss(ResNet()), CNN_SHAPE[1:], 5, "ResNet (tests/torch_nets.py), 3x64x64"
 
 
-def measure(model, batches):
-    """name -> (step times, last loss, aot calls per step, seconds inside programs per step)."""
-    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0)}
+def measure(model, batches, with_framework=False):
+    """name -> (step times, last loss, aot calls per step, seconds inside programs per step, thread times).
+    `with_framework`: also torch running AOTAutograd's graphs and the ParametersOnly row (MindSpore's own cost of a
+    GRAPH_MODE step)."""
+    results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})}
+    if with_framework:
+        results["torch, AOT graphs"] = torch_aot_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
     for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
         for fuse in (False, True):
             name = f"{mode_name}, {'fused' if fuse else 'per node'}"
             results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
+    if with_framework:  # GRAPH_MODE only: PyNative would add a dispatch per sum and add, not a floor
+        results["GRAPH_MODE, framework"] = framework_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE)
     return results
 
 
@@ -143,6 +236,10 @@ def main(argv=None):
     parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
     parser.add_argument("--launch-blocking", action="store_true",
                         help="ms.runtime.launch_blocking(): PyNative launches each operator synchronously")
+    parser.add_argument("--dispatch-threads", type=int, metavar="N",
+                        help="ms.runtime.dispatch_threads_num(N) before anything runs")
+    parser.add_argument("--thread-times", action="store_true",
+                        help="also print, per MindSpore variant, how long each thread ran and waited for a CPU")
     parser.add_argument("--per-step", action="store_true", help="also print every measured step's time")
     parser.add_argument("--plot", metavar="PNG", help="instead: step time against batch size, drawn into PNG")
     parser.add_argument("--batches", default="4,8,16,32,64", help="batch sizes of --plot (default 4,8,16,32,64)")
@@ -151,6 +248,8 @@ def main(argv=None):
     ms.set_device("CPU")
     if options.launch_blocking:
         ms.runtime.launch_blocking()
+    if options.dispatch_threads:
+        ms.runtime.dispatch_threads_num(options.dispatch_threads)
     model, shape, classes, described = network(options.net)
     batch = BATCH if options.net == "transformer" else CNN_SHAPE[0]
     print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
@@ -160,18 +259,25 @@ def main(argv=None):
         plot(options.plot, options.net, described, [int(b) for b in options.batches.split(",")], options.steps)
         return
     print(f"{described}, batch {batch}: median of {options.steps} training steps after 3 warm-up steps")
-    results = measure(model, data(3 + options.steps, (batch, *shape), classes))
+    results = measure(model, data(3 + options.steps, (batch, *shape), classes), with_framework=True)
     base = statistics.median(results["torch eager"][0][3:])
     print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
-    for name, (times, loss, (forward, backward, programs), in_programs) in results.items():
+    for name, (times, loss, (forward, backward, programs), in_programs, _threads) in results.items():
         median = statistics.median(times[3:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
-        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {loss:>10.5f}")
+        shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the framework rows compute no real loss
+        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {shown_loss:>10}")
     if options.per_step:
         print("every measured step (ms):")
         for name, (times, *_rest) in results.items():
             print(f"  {name:<20} " + " ".join(f"{t * 1e3:.1f}" for t in times[3:]))
+    if options.thread_times:
+        print("per measured step, ms each thread ran / waited runnable for a CPU (/proc/self/task/*/schedstat):")
+        for name, (*_rest, threads) in results.items():
+            if threads:
+                print(f"  {name:<20} " + ", ".join(f"{thread} {run:.1f}/{wait:.1f}"
+                                                     for thread, (run, wait) in sorted(threads.items())))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from torch import nn
 import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
-from torch_nets import AttentionNet, ConcatNet, ConvNet, DictMLP, ResNet, TransformerClassifier, WithLoss
+from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, ResNet, TransformerClassifier,
+                        WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -69,6 +70,7 @@ TRAINED = [
     (ResNet, (2, 3, 16, 16)),
     (ConcatNet, (6, 12)),
     (AttentionNet, (4, 5, 16)),
+    (ContainerNet, (6, 12)),
 ]
 
 
@@ -238,6 +240,18 @@ def test_state_dict_round_trip(fuse):
         cell.load_torch_state_dict({k: v for k, v in other.state_dict().items() if k != "fc.bias"})
     with pytest.raises(aot_ops.PortError, match=r"'fc.weight' has shape \(3, 16\)"):
         cell.load_torch_state_dict(dict(other.state_dict(), **{"fc.weight": torch.zeros(3, 16)}))
+
+
+def test_names_that_are_not_identifiers_keep_their_state_dict_keys():
+    torch.manual_seed(6)
+    model = ContainerNet()
+    x = torch.randn(3, 12)
+    cell = aot_ops.from_torch(model, (x,))
+    assert {p.name for p in cell.trainable_params()} == set(model.state_dict())
+    assert cell.scales.item_0 is not None and cell.blocks.item_in_proj is not None  # where they sit in the cell
+    other = ContainerNet()
+    cell.load_torch_state_dict(other.state_dict())
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), other(x).detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_print_shows_structure_and_operator_counts():

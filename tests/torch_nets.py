@@ -58,6 +58,23 @@ class DictMLP(nn.Module):
         return {"logits": self.out(features), "features": features}
 
 
+class ContainerNet(nn.Module):
+    """Submodules and parameters whose names are not Python identifiers: nn.ParameterList ("0", "1"),
+    nn.ParameterDict and nn.ModuleDict keys with a dash or a leading digit."""
+
+    def __init__(self, d_in=12, classes=5):
+        super().__init__()
+        self.scales = nn.ParameterList([nn.Parameter(torch.rand(d_in) + 0.5) for _ in range(2)])
+        self.shift = nn.ParameterDict({"per-feature": nn.Parameter(torch.zeros(d_in)), "out-bias": nn.Parameter(
+            torch.zeros(classes))})
+        self.blocks = nn.ModuleDict({"in-proj": nn.Linear(d_in, d_in), "2nd": nn.Linear(d_in, classes)})
+
+    def forward(self, x):
+        x = x * self.scales[0] * self.scales[1] + self.shift["per-feature"]
+        x = torch.relu(self.blocks["in-proj"](x))
+        return self.blocks["2nd"](x) + self.shift["out-bias"]
+
+
 class ConcatNet(nn.Module):
     """Two branches joined with torch.cat."""
 

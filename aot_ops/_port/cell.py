@@ -187,17 +187,17 @@ class PortedCell(nn.Cell):
             if parent_path in structure.lists:
                 (self.layers if parent_path == "" else cells[parent_path]).append(cell)
             else:
-                _check_free(cells[parent_path], name, path)
-                setattr(cells[parent_path], name, cell)
+                _check_free(cells[parent_path], attribute_name(name), path)
+                setattr(cells[parent_path], attribute_name(name), cell)
             cells[path] = cell
         self._cells_by_path = cells
 
     def _add_parameter(self, entry: StateEntry) -> ms.Parameter:
         parent_path, _, name = entry.key.rpartition(".")
         holder = self._cells_by_path[parent_path]
-        _check_free(holder, name, entry.key)
+        _check_free(holder, attribute_name(name), entry.key)
         parameter = ms.Parameter(to_ms(entry.tensor), name=entry.key, requires_grad=entry.trainable)
-        setattr(holder, name, parameter)
+        setattr(holder, attribute_name(name), parameter)
         return parameter
 
     def extend_repr(self):
@@ -268,12 +268,23 @@ class Structure:
             if path:
                 parent, _, name = path.rpartition(".")
                 base = "self.layers" if parent == "" and self.root_is_list else self.expressions[parent]
-                self.expressions[path] = f"{base}[{name}]" if parent in self.lists else f"{base}.{name}"
+                self.expressions[path] = (f"{base}[{name}]" if parent in self.lists
+                                          else f"{base}.{attribute_name(name)}")
 
     def state_expression(self, key: str) -> str:
         """Python expression of a state entry's Parameter from the root cell: "self.layer1[0].conv1.weight"."""
         parent, _, name = key.rpartition(".")
-        return f"{self.expressions[parent]}.{name}"
+        return f"{self.expressions[parent]}.{attribute_name(name)}"
+
+
+def attribute_name(name: str) -> str:
+    """The attribute of a ported cell that holds the torch submodule or tensor called `name` in its parent. Names
+    that are not Python identifiers (nn.ParameterList's "0", nn.ModuleDict's or nn.ParameterDict's free-form keys)
+    become "item_<name>" with every other character replaced by "_": the generated construct reads attributes by
+    name, and the Parameters keep their state_dict keys as their names whatever the attribute is."""
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return name
+    return "item_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
 
 def _check_free(cell: nn.Cell, name: str, path: str) -> None:

@@ -14,9 +14,9 @@ inside the two program launches (the ATen work; the rest of the step is MindSpor
 ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same
 measurement at several batch sizes, drawn as step time against batch size (log-log) into a PNG.
 
-The "GRAPH_MODE, framework" row runs the same value_and_grad + nn.SGD step on a stand-in network that holds the
-ported one's parameters and only sums them: what MindSpore's compiled step costs without the network's work, the
-floor under the fused GRAPH_MODE row. "torch, AOT graphs" is torch's step with the model run through the forward and
+The "no work" rows run the same fused step on a stand-in network that holds the same parameters and only sums them:
+what MindSpore's value_and_grad + nn.SGD and the two aot calls cost without the network's work, the floor under the
+fused rows. "torch, AOT graphs" is torch's step with the model run through the forward and
 backward graphs AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how long it ran and how long it waited runnable for a CPU: MindSpore's
 pipeline threads wait for work by spinning, which on a machine with few cores takes the CPU from the thread that
 runs the kernels. `--dispatch-threads N` sets `ms.runtime.dispatch_threads_num(N)` first (MindSpore's default is 5,
@@ -136,37 +136,17 @@ def mindspore_steps(model, batches, mode, fuse):
     return times, value, calls[-1], statistics.median(in_programs[3:]), threads
 
 
-class ParametersOnly(msnn.Cell):
-    """A stand-in network with the ported one's parameters whose loss is the sum of the parameters' sums: a step
-    through it is what MindSpore's value_and_grad + nn.SGD cost without the network's own work."""
+class ParameterSums(torch.nn.Module):
+    """A stand-in for a network: the same parameters, and a loss that only sums them. Ported with fuse=True, a step
+    through it costs what MindSpore and the two aot calls cost without the network's work: the floor under the fused
+    rows."""
 
-    def __init__(self, parameters):
+    def __init__(self, model: torch.nn.Module):
         super().__init__()
-        self.weights = ms.ParameterTuple([ms.Parameter(p.value().copy(), name=f"w{k}")
-                                          for k, p in enumerate(parameters)])
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(p.detach().clone()) for p in model.parameters()])
 
-    def construct(self, x, target):
-        total = self.weights[0].sum()
-        for weight in self.weights[1:]:
-            total = total + weight.sum()
-        return total
-
-
-def framework_steps(model, batches, mode):
-    """Step times of ParametersOnly over the ported model's parameters, as mindspore_steps measures them."""
-    ms.set_context(mode=mode)
-    cell = ParametersOnly(aot_ops.from_torch(model, batches[0]).trainable_params())
-    optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
-    step = ms.value_and_grad(cell, None, optimizer.parameters)
-    times = []
-    for x, target in [(to_ms(x), to_ms(t)) for x, t in batches]:
-        start = time.perf_counter()
-        loss, grads = step(x, target)
-        optimizer(grads)
-        float(loss.asnumpy())
-        times.append(time.perf_counter() - start)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    return times, float("nan"), (0, 0, 0), 0.0, {}
+    def forward(self, x, target):
+        return sum(weight.sum() for weight in self.weights)
 
 
 def network(name):
@@ -180,19 +160,20 @@ def network(name):
     return WithLoss(ResNet()), CNN_SHAPE[1:], 5, "ResNet (tests/torch_nets.py), 3x64x64"
 
 
-def measure(model, batches, with_framework=False):
+def measure(model, batches, with_floor=False):
     """name -> (step times, last loss, aot calls per step, seconds inside programs per step, thread times).
-    `with_framework`: also torch running AOTAutograd's graphs and the ParametersOnly row (MindSpore's own cost of a
-    GRAPH_MODE step)."""
+    `with_floor`: also torch running AOTAutograd's graphs, and the fused ParameterSums rows (the floor)."""
     results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})}
-    if with_framework:
+    if with_floor:
         results["torch, AOT graphs"] = torch_aot_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
     for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
         for fuse in (False, True):
             name = f"{mode_name}, {'fused' if fuse else 'per node'}"
             results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
-    if with_framework:  # GRAPH_MODE only: PyNative would add a dispatch per sum and add, not a floor
-        results["GRAPH_MODE, framework"] = framework_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE)
+    if with_floor:
+        for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
+            times, _loss, calls, inside, threads = mindspore_steps(ParameterSums(model), batches, mode, fuse=True)
+            results[f"{mode_name}, no work"] = (times, float("nan"), calls, inside, threads)
     return results
 
 
@@ -259,14 +240,14 @@ def main(argv=None):
         plot(options.plot, options.net, described, [int(b) for b in options.batches.split(",")], options.steps)
         return
     print(f"{described}, batch {batch}: median of {options.steps} training steps after 3 warm-up steps")
-    results = measure(model, data(3 + options.steps, (batch, *shape), classes), with_framework=True)
+    results = measure(model, data(3 + options.steps, (batch, *shape), classes), with_floor=True)
     base = statistics.median(results["torch eager"][0][3:])
     print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
     for name, (times, loss, (forward, backward, programs), in_programs, _threads) in results.items():
         median = statistics.median(times[3:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
-        shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the framework rows compute no real loss
+        shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the "no work" rows' loss is not the network's
         print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {shown_loss:>10}")
     if options.per_step:
         print("every measured step (ms):")

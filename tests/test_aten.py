@@ -282,6 +282,35 @@ def test_sizes_from_input_shapes_in_one_dynamic_graph():
         assert_same(to_torch(op(to_ms(x))), x.view(batch * 3, 2))
 
 
+class FirstSum(ms.nn.Cell):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, x):
+        return self.op(x).sum()
+
+
+@pytest.mark.parametrize("make,reference", [
+    (lambda: aten.op("aten::unbind.int"), torch.unbind),
+    (lambda: aten.op("aten::unbind.int", out_shapes=[[aten.size(0, 1), 3]], out_dtypes=[torch.float64]),
+     torch.unbind),
+    (lambda: aten.op("aten::split.Tensor", split_size=4, dim=1), lambda t: torch.split(t, 4, dim=1)),
+], ids=["unbind", "unbind_cpp_shapes", "split"])
+def test_a_list_of_one_tensor_is_the_tensor_itself(make, reference, mode):
+    # torch returns a list of one tensor (unbind over a size-1 dimension: an LSTM's initial state); MindSpore's
+    # one-output operators return the tensor itself (a tuple of one breaks GRAPH_MODE's autodiff), so it is that.
+    op = make()
+    x = f64(1, 4, 3)
+    expected = reference(x)
+    assert len(expected) == 1
+    result = OpCell(op)(to_ms(x))
+    assert isinstance(result, ms.Tensor)
+    assert_same(to_torch(result), expected[0])
+    dx = ms.grad(FirstSum(op))(to_ms(x))
+    assert_same(to_torch(dx), torch.ones_like(x))
+
+
 def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
     cell = OpCell(aten.op("aten::neg"))
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -15,8 +15,8 @@ from torch import nn
 import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
-from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, ResNet, TransformerClassifier,
-                        WithLoss)
+from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, ResNet,
+                        TransformerClassifier, WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -71,6 +71,7 @@ TRAINED = [
     (ConcatNet, (6, 12)),
     (AttentionNet, (4, 5, 16)),
     (ContainerNet, (6, 12)),
+    (LSTMNet, (4, 7, 12)),
 ]
 
 
@@ -308,6 +309,18 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
         ms.set_context(mode=ms.PYNATIVE_MODE)
     x, target = batches((7, 6, 32), count=1)[0]
     assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - model(x, target).item()) < 1e-5
+
+
+def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):
+    # The initial state is unbound over its size-1 layer dimension: a list of one tensor, which the per-node
+    # operator gives as the tensor itself, also when MindSpore infers its shape in C++.
+    torch.manual_seed(8)
+    model = WithLoss(LSTMNet(learned_state=True))
+    cell = aot_ops.from_torch(model, batches((4, 7, 12), count=1)[0], dynamic_batch=True, fuse=fuse)
+    for batch in (3, 6):
+        x, target = batches((batch, 7, 12), count=1, seed=batch)[0]
+        expected = model(x, target).item()
+        assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - expected) <= 1e-5 * abs(expected)
 
 
 def test_other_shapes_are_refused_with_the_expected_shape(mode):

@@ -75,6 +75,26 @@ class ContainerNet(nn.Module):
         return self.blocks["2nd"](x) + self.shift["out-bias"]
 
 
+class LSTMNet(nn.Module):
+    """An LSTM over the sequence and a classifier on its last step: torch.export unbinds the initial state over
+    its size-1 layer dimension, a list of one tensor. `learned_state`: the initial state is computed from the first
+    step (zeros, torch's default, would be a tensor made from the batch size alone)."""
+
+    def __init__(self, d_in=12, hidden=16, classes=5, learned_state=False):
+        super().__init__()
+        self.lstm = nn.LSTM(d_in, hidden, batch_first=True)
+        self.init = nn.Linear(d_in, hidden) if learned_state else None
+        self.out = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        if self.init is None:
+            y, _ = self.lstm(x)
+        else:
+            h0 = torch.tanh(self.init(x[:, 0])).unsqueeze(0)
+            y, _ = self.lstm(x, (h0, torch.zeros_like(h0)))
+        return self.out(y[:, -1])
+
+
 class ConcatNet(nn.Module):
     """Two branches joined with torch.cat."""
 

@@ -133,9 +133,13 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[
 
     lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):"]
     ops = f"self.ops_{mode}"
+    # An operator returning a list of one tensor (unbind over a size-1 dimension) gives the tensor itself, as every
+    # one-output MindSpore operator does: its item is the result, not the result's first row.
+    bare = {step.name for step in graph.steps if not isinstance(step, Item) and step.num_outputs == 1}
     for step in graph.steps:
         if isinstance(step, Item):
-            lines.append(f"        {step.name} = {value(step.of)}[{step.index}]")
+            item = value(step.of) if step.of in bare else f"{value(step.of)}[{step.index}]"
+            lines.append(f"        {step.name} = {item}")
         else:
             call = f"        {step.name} = {ops}.{step.name}({', '.join(value(v) for v in step.inputs)})"
             lines.extend(_wrap(call, "            "))

@@ -311,6 +311,24 @@ def test_a_list_of_one_tensor_is_the_tensor_itself(make, reference, mode):
     assert_same(to_torch(dx), torch.ones_like(x))
 
 
+def test_a_size_as_a_scalar_argument_is_evaluated_at_run_time():
+    # x / batch: what a mean over a dynamic batch divides by, given to a Scalar argument
+    op = aten.op("aten::div.Scalar", other=aten.size(0, 0), out_shapes=[[aten.size(0, 0), 3]],
+                 out_dtypes=[torch.float64])
+    cell = OpCell(op)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float64))
+        for batch in (2, 5):
+            x = f64(batch, 3, seed=batch)
+            assert_same(to_torch(cell(to_ms(x))), x / batch)
+            assert_same(to_torch(ms.grad(cell)(to_ms(x))), torch.full((batch, 3), 1 / batch, dtype=torch.float64))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    x = f64(4, 3)
+    assert_same(to_torch(op(to_ms(x))), x / 4)
+
+
 def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
     cell = OpCell(aten.op("aten::neg"))
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -15,8 +15,8 @@ from torch import nn
 import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
-from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, ResNet,
-                        TransformerClassifier, WithLoss)
+from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, MaskedAttentionNet,
+                        ResNet, TiedEmbeddingNet, TransformerClassifier, WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -321,6 +321,27 @@ def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):
         x, target = batches((batch, 7, 12), count=1, seed=batch)[0]
         expected = model(x, target).item()
         assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - expected) <= 1e-5 * abs(expected)
+
+
+@pytest.mark.parametrize("make,shape", [(MaskedAttentionNet, (4, 7, 12)), (TiedEmbeddingNet, (4, 7, 3))],
+                         ids=["MaskedAttentionNet", "TiedEmbeddingNet"])
+def test_dynamic_batch_gradients_match_torch(make, shape, mode, fuse):
+    torch.manual_seed(9)
+    model = WithLoss(make())
+    cell = aot_ops.from_torch(model, batches(shape, count=1)[0], dynamic_batch=True, fuse=fuse)
+    params = cell.trainable_params()
+    step = ms.value_and_grad(cell, None, params)
+    for batch in (3, 5):
+        x, target = batches((batch, *shape[1:]), count=1, seed=batch)[0]
+        loss, grads = step(to_ms(x), to_ms(target))
+        reference = copy.deepcopy(model)
+        expected = reference(x, target)
+        expected.backward()
+        assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
+        torch_grads = dict(reference.named_parameters())
+        for param, grad in zip(params, grads):
+            torch.testing.assert_close(to_torch(grad), torch_grads[param.name].grad, rtol=1e-4, atol=1e-6,
+                                       msg=param.name)
 
 
 def test_other_shapes_are_refused_with_the_expected_shape(mode):

@@ -120,6 +120,40 @@ class AttentionNet(nn.Module):
         return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).mean(1))
 
 
+class MaskedAttentionNet(nn.Module):
+    """nn.MultiheadAttention with a key padding mask, returning its averaged weights too: the backward divides by
+    a count that depends on the batch size (a size as a scalar argument)."""
+
+    def __init__(self, d_in=12, d_model=16, classes=5):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_model)
+        self.attention = nn.MultiheadAttention(d_model, 4, batch_first=True)
+        self.out = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        h = self.proj(x)
+        padding = x[:, :, 0] > 1.5
+        o, weights = self.attention(h, h, h, key_padding_mask=padding, need_weights=True)
+        return self.out(o.mean(1) + weights.mean())
+
+
+class TiedEmbeddingNet(nn.Module):
+    """Token embeddings tied to the output projection, and a layer norm without weights: its backward leaves the
+    weight gradients uncomputed (None outputs)."""
+
+    def __init__(self, vocab=20, d_model=16, classes=5):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d_model, padding_idx=0)
+        self.norm = nn.LayerNorm(d_model, elementwise_affine=False)
+        self.project = nn.Linear(d_model, vocab, bias=False)
+        self.project.weight = self.embedding.weight
+        self.out = nn.Linear(vocab, classes)
+
+    def forward(self, x):
+        tokens = (x.abs() * 7).long() % self.embedding.num_embeddings
+        return self.out(self.project(self.norm(self.embedding(tokens).mean(2))).mean(1))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

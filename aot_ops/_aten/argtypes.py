@@ -224,14 +224,20 @@ class _BoolList(ArgType):
 
 class _Number(ArgType):
     def accepts(self, value, wrapped_numbers):
-        return isinstance(value, (bool, int, float))
+        # a size expression: an int known at run time (a mean over the batch divides by a size)
+        return isinstance(value, (bool, int, float, SizeExpr))
 
     def encode(self, arg, value, add_input):
+        if isinstance(value, SizeExpr):
+            return ArgKind.SYM_INT, value.encode()  # the kernel pushes the evaluated int, a valid Scalar
         if isinstance(value, bool):
             return ArgKind.SCALAR_BOOL, value
         if isinstance(value, int):
             return ArgKind.SCALAR_INT, _int64(arg, value)
         return ArgKind.SCALAR_FLOAT, float(value)
+
+    def to_torch(self, value, next_tensor, shapes):
+        return evaluate(value, shapes) if is_symbolic(value) else value
 
 
 class _Str(ArgType):

@@ -219,6 +219,10 @@ def _ms_dtype_attr(dtype: torch.dtype) -> str:
 def _aten_op(op: Operator) -> str:
     args = [repr(op.target)] + [f"{k}={_literal(v)}" for k, v in op.fixed.items()]
     if op.out_shapes is not None:
+        if None in op.out_shapes:
+            raise PortError(f"node '{op.name}' ({op.target}) at {op.source}: leaves an output uncomputed (None), "
+                            "which a MindSpore operator with dynamic shapes cannot return; port with fuse=True, "
+                            "or without dynamic_batch")
         args.append("out_shapes=" + _literal(op.out_shapes))
         args.append("out_dtypes=" + _literal(op.out_dtypes))
     return f"aten.op({', '.join(args)})"

@@ -230,8 +230,10 @@ class _Reader:
             fixed[name] = self._size(node, value, bindings)
         out_shapes = out_dtypes = None
         if dynamic or symbolic:
-            out_shapes = [[self._size(node, d, bindings) for d in t.shape] for t in outputs]
-            out_dtypes = [t.dtype for t in outputs]
+            # An output the operator does not compute (None: a layer norm without weights has no weight gradient)
+            # has no shape; only a program, which keeps it as an undefined tensor, can run such an operator.
+            out_shapes = [None if t is None else [self._size(node, d, bindings) for d in t.shape] for t in outputs]
+            out_dtypes = [None if t is None else t.dtype for t in outputs]
         path, kind = module_of(node)
         overload = schema.overload_name or "default"
         self.graph.steps.append(Operator(

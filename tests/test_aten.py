@@ -329,6 +329,16 @@ def test_a_size_as_a_scalar_argument_is_evaluated_at_run_time():
     assert_same(to_torch(op(to_ms(x))), x / 4)
 
 
+def test_factories_run_only_in_programs_and_never_read_files():
+    # A program (from_torch's fuse=True) may create a tensor from sizes alone (an RNN's zero state sized by the
+    # batch); a lone operator, which runs whatever its attributes name, may not; nothing may read a file.
+    from aot_ops._runtime import aten_refusal
+
+    assert "a factory function" in aten_refusal("aten::zeros")
+    assert aten_refusal("aten::zeros", allow_factories=True) == ""
+    assert aten_refusal("aten::from_file", allow_factories=True) == "it reads a file"
+
+
 def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
     cell = OpCell(aten.op("aten::neg"))
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -16,7 +16,7 @@ import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, MaskedAttentionNet,
-                        ResNet, TiedEmbeddingNet, TransformerClassifier, WithLoss)
+                        MemoryNet, ResNet, TiedEmbeddingNet, TransformerClassifier, WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -329,6 +329,32 @@ def test_dynamic_batch_gradients_match_torch(make, shape, mode, fuse):
     torch.manual_seed(9)
     model = WithLoss(make())
     cell = aot_ops.from_torch(model, batches(shape, count=1)[0], dynamic_batch=True, fuse=fuse)
+    params = cell.trainable_params()
+    step = ms.value_and_grad(cell, None, params)
+    for batch in (3, 5):
+        x, target = batches((batch, *shape[1:]), count=1, seed=batch)[0]
+        loss, grads = step(to_ms(x), to_ms(target))
+        reference = copy.deepcopy(model)
+        expected = reference(x, target)
+        expected.backward()
+        assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
+        torch_grads = dict(reference.named_parameters())
+        for param, grad in zip(params, grads):
+            torch.testing.assert_close(to_torch(grad), torch_grads[param.name].grad, rtol=1e-4, atol=1e-6,
+                                       msg=param.name)
+
+
+@pytest.mark.parametrize("make,shape,node", [(LSTMNet, (4, 7, 12), "zeros"), (MemoryNet, (4, 7, 12), "expand")],
+                         ids=["LSTM-zero-state", "MemoryNet"])
+def test_dynamic_batch_sizes_from_other_inputs_need_fuse(make, shape, node, mode):
+    # A zero initial state sized by the batch (no tensor input), a parameter expanded to the batch: one program
+    # reads every input's shape; an operator per node cannot, and says so.
+    torch.manual_seed(10)
+    model = WithLoss(make())
+    example = batches(shape, count=1)[0]
+    with pytest.raises(aot_ops.PortError, match=rf"node '{node}' .*port with fuse=True"):
+        aot_ops.from_torch(model, example, dynamic_batch=True)
+    cell = aot_ops.from_torch(model, example, dynamic_batch=True, fuse=True)
     params = cell.trainable_params()
     step = ms.value_and_grad(cell, None, params)
     for batch in (3, 5):

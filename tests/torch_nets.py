@@ -154,6 +154,21 @@ class TiedEmbeddingNet(nn.Module):
         return self.out(self.project(self.norm(self.embedding(tokens).mean(2))).mean(1))
 
 
+class MemoryNet(nn.Module):
+    """A learned memory broadcast over the batch (`expand(x.shape[0], ...)`): the size of a node whose only tensor
+    input is a parameter comes from the module's input."""
+
+    def __init__(self, d_in=12, slots=3, classes=5):
+        super().__init__()
+        self.memory = nn.Parameter(torch.randn(1, slots, d_in) * 0.5)
+        self.out = nn.Linear(d_in, classes)
+
+    def forward(self, x):
+        memory = self.memory.expand(x.shape[0], -1, -1)
+        scores = torch.softmax(x @ memory.transpose(1, 2), dim=-1)
+        return self.out((scores @ memory).mean(1))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

@@ -62,11 +62,11 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     name = type(model).__name__
 
     programs = {"eval": export(model, args, dynamic_shapes, training=False)}
-    graphs: dict[str, Graph] = {"eval": read(programs["eval"])}
+    graphs: dict[str, Graph] = {"eval": read(programs["eval"], graph_shapes=fuse)}
     refused_training = None
     try:
         programs["train"] = export(model, args, dynamic_shapes, training=True)
-        graphs["train"] = read(programs["train"])
+        graphs["train"] = read(programs["train"], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
             raise

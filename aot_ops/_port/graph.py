@@ -84,7 +84,9 @@ _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._asse
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten._assert_async.msg}
 
 
-def read(program: ExportedProgram) -> Graph:
+def read(program: ExportedProgram, graph_shapes: bool = False) -> Graph:
+    """The graph of an exported program. `graph_shapes`: its nodes may take sizes from the shapes of any graph
+    input, not only their own inputs' (as a program's nodes can; fuse=True)."""
     signature = program.graph_signature
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     graph = Graph(inputs=[], state={}, constants={})
@@ -103,7 +105,8 @@ def read(program: ExportedProgram) -> Graph:
         else:
             raise PortError(f"input '{node.name}' is a {spec.kind.name.lower()}, which from_torch cannot port")
 
-    reader = _Reader.over(graph, program.graph)
+    tensor_inputs = [node.meta.get("val") for node in placeholders]
+    reader = _Reader.over(graph, program.graph, tensor_inputs if graph_shapes else None, tensor_inputs)
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = output_node.args[0]
     for spec, value in zip(signature.output_specs, values):
@@ -125,17 +128,20 @@ def read(program: ExportedProgram) -> Graph:
 
 
 class _Reader:
-    def __init__(self, graph: Graph, graph_inputs: list | None = None):
+    def __init__(self, graph: Graph, graph_inputs: list | None = None, all_inputs: list | None = None):
         self.graph = graph
         self.aliases: dict[str, str] = {}    # identity nodes (dropout that draws nothing) -> what they return
         # The graph inputs' values, where a node may also read their shapes (a program: program.cpp); None: a
         # node's sizes come from its own inputs only (one aot call per node)
         self.graph_inputs = graph_inputs
+        # Every graph input's value, to explain a size that only another input's shape gives (per node)
+        self.all_inputs = all_inputs or []
 
     @classmethod
-    def over(cls, graph: Graph, fx_graph: torch.fx.Graph, graph_inputs: list | None = None) -> "_Reader":
+    def over(cls, graph: Graph, fx_graph: torch.fx.Graph, graph_inputs: list | None = None,
+             all_inputs: list | None = None) -> "_Reader":
         """A reader that has visited every call of `fx_graph`, its steps added to `graph`."""
-        reader = cls(graph, graph_inputs)
+        reader = cls(graph, graph_inputs, all_inputs)
         for node in fx_graph.nodes:
             if node.op == "call_function":
                 reader.visit(node)
@@ -246,7 +252,8 @@ class _Reader:
         """A factory (torch.zeros, arange) of fixed size: computed now, a constant of the cell."""
         if symbolic:
             raise PortError(f"{describe(node)} creates a tensor whose size depends on the input shapes, with no "
-                            "tensor input; from_torch can port it with static shapes (without dynamic_batch)")
+                            "tensor input, which an operator per node cannot size; port with fuse=True (one program "
+                            "reads every input's shape), or with static shapes (without dynamic_batch)")
         self.graph.constants[node.name] = node.target(*node.args, **node.kwargs)
 
     def _size(self, node: torch.fx.Node, value, bindings) -> Any:
@@ -259,8 +266,14 @@ class _Reader:
                 return from_sympy(value.node.expr, bindings)
             return value
         except ValueError as exc:
-            raise PortError(f"{describe(node)}: {exc} (a size computed from tensor values is data-dependent; "
-                            "from_torch needs sizes given by the input shapes)") from None
+            try:
+                from_sympy(value.node.expr, bind_symbols(self.all_inputs))
+            except (ValueError, AttributeError):
+                raise PortError(f"{describe(node)}: {exc} (a size computed from tensor values is data-dependent; "
+                                "from_torch needs sizes given by the input shapes)") from None
+            raise PortError(f"{describe(node)}: its size {value} is a dimension of another input of the module, "
+                            "which an operator per node cannot read; port with fuse=True (one program reads every "
+                            "input's shape), or with static shapes") from None
 
 
 _HINTS = {

@@ -113,6 +113,7 @@ inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factorie
   bool takes_tensor = false;
   for (const c10::Argument &arg : schema.arguments()) takes_tensor = takes_tensor || is_tensor_argument(arg);
   if (!takes_tensor && !allow_factories) return "it takes no tensor (a factory function)";
+  if (schema.name() == "aten::from_file") return "it reads a file";
   return "";
 }
 
@@ -161,19 +162,22 @@ struct AtenPlan {
   // anything is written; the plan then uses the functional overload from that call on.
   mutable std::atomic<bool> out_op_resizes{false};
 
-  explicit AtenPlan(const ms_ext::Attrs &attrs) : name(attrs.get<std::string>("aten_op")) {
+  // `allow_factories`: a program's node may create a tensor from sizes alone (an RNN's zero initial state sized by
+  // the batch), a lone operator may not (AtenOp runs what its attributes name; see refusal_of).
+  explicit AtenPlan(const ms_ext::Attrs &attrs, bool allow_factories = false)
+      : name(attrs.get<std::string>("aten_op")) {
     try {
-      parse(attrs);
+      parse(attrs, allow_factories);
     } catch (...) {  // the operator's name first: these errors surface as the kernel's (AtenOp) initialisation
       throw std::invalid_argument(name + ": " + ms_ext::detail::describe_current_exception());
     }
   }
 
-  void parse(const ms_ext::Attrs &attrs) {
+  void parse(const ms_ext::Attrs &attrs, bool allow_factories) {
     if (name.rfind("aten::", 0) != 0)
       throw std::invalid_argument("cannot be bridged: it is not an ATen operator (only aten:: operators are bridged)");
     op = find_operator(name);
-    const std::string refused = refusal_of(*op, /*allow_factories=*/false);
+    const std::string refused = refusal_of(*op, allow_factories);
     if (!refused.empty()) throw std::invalid_argument("cannot be bridged: " + refused);
     const std::string out_name = attrs.get<std::string>("aten_out_op", "");
     if (!out_name.empty()) {

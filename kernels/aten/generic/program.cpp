@@ -51,7 +51,7 @@ struct ProgramNode {
   std::vector<int64_t> release;  // slots last read by this node: freed after it runs (peak memory as torch's)
 
   ProgramNode(const ms_ext::Attrs &attrs, int first)
-      : plan(attrs), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
+      : plan(attrs, /*allow_factories=*/true), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
         num_results(static_cast<int>(attrs.get<int64_t>("results"))), source(attrs.get<std::string>("source", "")),
         graph_shapes(attrs.get<bool>("graph_shapes", false)) {
     if (plan.num_inputs < 0 || static_cast<size_t>(plan.num_inputs) != slots.size())

@@ -42,6 +42,40 @@ def inputs_then_cotangent(backward, num_inputs: int):
     return bprop
 
 
+def inputs_then_cotangents(backward, num_inputs: int):
+    """inputs_then_cotangent for an operator of several outputs whose backward MindSpore infers in C++ (dynamic
+    shapes): its kernel is registered with one input per cotangent, and a tuple argument would not match that
+    registration (PyNative selects no kernel, GRAPH_MODE converts the tuple to a tensor), so the cotangents go
+    one by one."""
+    if num_inputs == 1:
+        def bprop(a, out, dout):
+            return (backward(a, *dout),)  # one input: the backward kernel has one output
+    elif num_inputs == 2:
+        def bprop(a, b, out, dout):
+            return backward(a, b, *dout)
+    elif num_inputs == 3:
+        def bprop(a, b, c, out, dout):
+            return backward(a, b, c, *dout)
+    elif num_inputs == 4:
+        def bprop(a, b, c, d, out, dout):
+            return backward(a, b, c, d, *dout)
+    elif num_inputs == 5:
+        def bprop(a, b, c, d, e, out, dout):
+            return backward(a, b, c, d, e, *dout)
+    elif num_inputs == 6:
+        def bprop(a, b, c, d, e, f, out, dout):
+            return backward(a, b, c, d, e, f, *dout)
+    elif num_inputs == 7:
+        def bprop(a, b, c, d, e, f, g, out, dout):
+            return backward(a, b, c, d, e, f, g, *dout)
+    elif num_inputs == 8:
+        def bprop(a, b, c, d, e, f, g, h, out, dout):
+            return backward(a, b, c, d, e, f, g, h, *dout)
+    else:
+        return None  # no gradient: MindSpore reports "bprop not defined" if one is asked for
+    return bprop
+
+
 def cotangent_then_inputs(backward, num_inputs: int):
     """bprop calling backward(dout, *inputs): the bundled kernels' <Op>Grad entries (one or two inputs)."""
     if num_inputs == 1:

@@ -329,6 +329,18 @@ def test_a_size_as_a_scalar_argument_is_evaluated_at_run_time():
     assert_same(to_torch(op(to_ms(x))), x / 4)
 
 
+def test_several_outputs_with_run_time_sizes_have_gradients(mode):
+    # the backward of an operator of two outputs whose shapes MindSpore infers in C++ takes both cotangents
+    op = aten.op("aten::split_with_sizes", split_sizes=[2, 3], dim=1,
+                 out_shapes=[[aten.size(0, 0), 2], [aten.size(0, 0), 3]], out_dtypes=[torch.float64] * 2)
+    x = f64(4, 5)
+    cotangents = [f64(4, 2, seed=1), f64(4, 3, seed=2)]
+    expected = torch_vjp(lambda t: torch.split(t, [2, 3], dim=1), [x], cotangents)
+    actual = run_vjp(op, [x], cotangents)
+    assert len(actual) == 1
+    assert_same(actual[0], expected[0])
+
+
 def test_factories_run_only_in_programs_and_never_read_files():
     # A program (from_torch's fuse=True) may create a tensor from sizes alone (an RNN's zero state sized by the
     # batch); a lone operator, which runs whatever its attributes name, may not; nothing may read a file.

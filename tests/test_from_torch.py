@@ -16,7 +16,7 @@ import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, MaskedAttentionNet,
-                        MemoryNet, ResNet, TiedEmbeddingNet, TransformerClassifier, WithLoss)
+                        MemoryNet, ResNet, TiedEmbeddingNet, TokenNet, TransformerClassifier, WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -323,16 +323,24 @@ def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):
         assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - expected) <= 1e-5 * abs(expected)
 
 
-@pytest.mark.parametrize("make,shape", [(MaskedAttentionNet, (4, 7, 12)), (TiedEmbeddingNet, (4, 7, 3))],
-                         ids=["MaskedAttentionNet", "TiedEmbeddingNet"])
-def test_dynamic_batch_gradients_match_torch(make, shape, mode, fuse):
+def token_batch(batch, seed, vocab=30, length=6, classes=4):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length), generator=gen), torch.randint(0, classes, (batch,), generator=gen)
+
+
+@pytest.mark.parametrize("make,example", [
+    (MaskedAttentionNet, lambda b, seed: batches((b, 7, 12), count=1, seed=seed)[0]),
+    (TiedEmbeddingNet, lambda b, seed: batches((b, 7, 3), count=1, seed=seed)[0]),
+    (TokenNet, token_batch),
+], ids=["MaskedAttentionNet", "TiedEmbeddingNet", "TokenNet"])
+def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse):
     torch.manual_seed(9)
     model = WithLoss(make())
-    cell = aot_ops.from_torch(model, batches(shape, count=1)[0], dynamic_batch=True, fuse=fuse)
+    cell = aot_ops.from_torch(model, example(4, 0), dynamic_batch=True, fuse=fuse)
     params = cell.trainable_params()
     step = ms.value_and_grad(cell, None, params)
     for batch in (3, 5):
-        x, target = batches((batch, *shape[1:]), count=1, seed=batch)[0]
+        x, target = example(batch, batch)
         loss, grads = step(to_ms(x), to_ms(target))
         reference = copy.deepcopy(model)
         expected = reference(x, target)

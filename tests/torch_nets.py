@@ -169,6 +169,24 @@ class MemoryNet(nn.Module):
         return self.out((scores @ memory).mean(1))
 
 
+class TokenNet(nn.Module):
+    """Token ids in (int64), embeddings, a convolution with BatchNorm, a one-hot feature joined with cat, and a split
+    into two halves (an operator of two outputs)."""
+
+    def __init__(self, vocab=30, d_model=16, length=6, classes=4):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.conv = nn.Conv1d(d_model, d_model, 3, padding=1)
+        self.norm = nn.BatchNorm1d(d_model)
+        self.out = nn.Linear(d_model * length // 2, classes)
+
+    def forward(self, ids):
+        h = self.norm(self.conv(self.embedding(ids).transpose(1, 2)))
+        marks = F.one_hot(ids % 4, 4).float().sum(2, keepdim=True).transpose(1, 2).expand(-1, h.shape[1], -1)
+        first, second = torch.split(h + marks, [ids.shape[1] // 2] * 2, dim=2)
+        return self.out((first * second).reshape(ids.shape[0], -1))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

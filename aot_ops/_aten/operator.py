@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .._bprops import inputs_then_cotangent
+from .._bprops import inputs_then_cotangent, inputs_then_cotangents
 from .._cells import OptionalInputs
 from .._meta import MetaInference
 from .._opdef import Backward, OpDef
@@ -119,6 +119,7 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         backward_infer = CppInference(n + len(out_shapes), n, lambda dtypes: [d or torch.float32 for d in dtypes[:n]])
         forward_symbol = "AtenOp" if len(out_shapes) == 1 else "AtenOpMulti"
         backward_symbol = "AtenOpBackward" if n == 1 else "AtenOpBackwardMulti"
+        make_bprop = inputs_then_cotangent if len(out_shapes) == 1 else inputs_then_cotangents
     else:
         def forward_meta(*tensors):
             args, kwargs = _substitute(call, tensors)
@@ -132,8 +133,9 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         forward_infer = MetaInference(name, forward_meta)
         backward_infer = MetaInference(f"{name} (backward)", backward_meta)
         forward_symbol, backward_symbol = "AtenOp", "AtenOpBackward"
+        make_bprop = inputs_then_cotangent
     backward_inputs = None if call_time_list or n_outputs is None else n + n_outputs  # inputs, cotangents
-    backward = Backward(backward_symbol, inputs_then_cotangent, arity, infer=backward_infer,
+    backward = Backward(backward_symbol, make_bprop, arity, infer=backward_infer,
                         num_inputs=backward_inputs)
     return OpDef(library_path(), forward_symbol, attrs, backward=backward, infer=forward_infer, identity=identity,
                  num_inputs=None if call_time_list else n, min_inputs=None if call_time_list else required).build()

@@ -404,6 +404,46 @@ def test_dropout_in_training_is_refused_with_what_to_do():
         cell.set_train(True)
 
 
+class RoundThrough(torch.autograd.Function):
+    """A straight-through round: the gradient passes as if the round were the identity."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@pytest.mark.parametrize("detached", [False, True], ids=["autograd_function", "detach"])
+def test_a_custom_backward_is_refused_and_the_detach_form_trains(detached, fuse):
+    # torch.export keeps only an autograd.Function's forward: differentiating round would give zero gradients
+    class Quantized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.linear(x) * 3
+            h = h + (torch.round(h) - h).detach() if detached else RoundThrough.apply(h)
+            return (h ** 2).sum()
+
+    torch.manual_seed(11)
+    model, x = Quantized(), torch.randn(3, 4)
+    model(x).backward()
+    if not detached:
+        with pytest.raises(aot_ops.PortError, match=r"RoundThrough \(.*test_from_torch.py:\d+\) is a torch.autograd"
+                                                    r".Function with its own backward.*x \+ \(torch.round\(x\) - x\)"
+                                                    r".detach\(\)"):
+            aot_ops.from_torch(model, (x,), fuse=fuse)
+        assert RoundThrough.apply(torch.tensor([0.4])).item() == 0.0  # torch's apply is itself again
+        return
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
+    torch.testing.assert_close(to_torch(grads[0]), model.linear.weight.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_unsupported_operator_names_node_and_line():
     class Select(nn.Module):
         def forward(self, x):

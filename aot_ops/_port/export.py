@@ -8,10 +8,14 @@
   that torch can decompose: scaled_dot_product_attention (tagged random because of its dropout_p, even at 0) turns
   into matmuls and a softmax this way.
 - Dropout that draws nothing (p == 0, or eval mode) is kept here and becomes the identity when the graph is read.
+- A torch.autograd.Function of the user's is refused: torch.export records what its forward computes, not its
+  backward, so MindSpore would differentiate the forward's operators instead, silently (a straight-through round
+  would get zero gradients).
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from typing import Any
 
@@ -54,13 +58,40 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: b
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            with _explained("torch.export could not trace the module"):
+            with _explained("torch.export could not trace the module"), _refusing_custom_backwards():
                 program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
             with _explained("torch.export could not make the graph functional"):
                 program = program.run_decompositions({})
             return _decompose_refused(program)
     finally:
         model.train(was_training)
+
+
+@contextlib.contextmanager
+def _refusing_custom_backwards():
+    """Raises PortError when the traced code applies a torch.autograd.Function defined outside torch (torch's own,
+    such as reentrant checkpointing, compute the derivative of their forward)."""
+    function = torch.autograd.Function
+    original = function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        if not cls.__module__.startswith("torch."):
+            try:
+                where = f" ({inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]})"
+            except (OSError, TypeError):
+                where = ""
+            raise PortError(
+                f"{cls.__qualname__}{where} is a torch.autograd.Function with its own backward; torch.export keeps "
+                "only what its forward computes, so MindSpore would differentiate that instead, silently (a "
+                "straight-through estimator would get zero gradients). Write it with operators whose derivative is "
+                "the gradient wanted, e.g. a straight-through round as x + (torch.round(x) - x).detach()")
+        return original.__func__(cls, *args, **kwargs)
+
+    function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        function.apply = original
 
 
 def _decompose_refused(program: ExportedProgram) -> ExportedProgram:

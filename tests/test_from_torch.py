@@ -404,6 +404,31 @@ def test_dropout_in_training_is_refused_with_what_to_do():
         cell.set_train(True)
 
 
+def test_outputs_that_alias_inputs_or_each_other(mode, fuse):
+    # an input returned as it is, a view of a parameter, a view of another output, one tensor twice
+    class Aliasing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x):
+            y = torch.tanh(self.linear(x))
+            return y, x, self.linear.weight.t(), y.t(), y
+
+    torch.manual_seed(12)
+    model, x = Aliasing(), torch.randn(2, 4)
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    expected = model(x)
+    outputs = cell(to_ms(x))
+    assert len(outputs) == len(expected)
+    for ours, theirs in zip(outputs, expected):
+        torch.testing.assert_close(to_torch(ours), theirs.detach())
+    sum(t.sum() for t in expected).backward()
+    grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))  # every output's gradient is ones
+    torch.testing.assert_close(to_torch(grads[0]), model.linear.weight.grad)
+    torch.testing.assert_close(to_torch(grads[1]), model.linear.bias.grad)
+
+
 class RoundThrough(torch.autograd.Function):
     """A straight-through round: the gradient passes as if the round were the identity."""
 

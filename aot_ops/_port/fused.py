@@ -61,7 +61,12 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
     module = program.graph_module
 
     def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
-        return torch.fx.Interpreter(module).run(*values)
+        outs = torch.fx.Interpreter(module).run(*values)
+        # An output that is an input or a view (of an input, a parameter or another output) AOTAutograd returns
+        # outside its graphs, by replaying the view; the programs return buffers of their own, so such an output
+        # is copied inside the graph instead.
+        return type(outs)(o.clone() if _aliases(o, values) else o for o in outs) if isinstance(outs, (tuple, list)) \
+            else (outs.clone() if _aliases(outs, values) else outs)
 
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
@@ -120,6 +125,10 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
         k += name is not None
     fused.grads = grads + [None] * len(fgraph.constants)
     return fused
+
+
+def _aliases(value, inputs) -> bool:
+    return isinstance(value, torch.Tensor) and (value._is_view() or any(value is v for v in inputs))
 
 
 def _input_kind(spec) -> tuple[str, str]:

@@ -70,7 +70,8 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: b
 @contextlib.contextmanager
 def _refusing_custom_backwards():
     """Raises PortError when the traced code applies a torch.autograd.Function defined outside torch (torch's own,
-    such as reentrant checkpointing, compute the derivative of their forward)."""
+    such as reentrant checkpointing, compute the derivative of their forward). Function.apply is patched for the
+    duration of the export: porting is not meant to run beside other torch work in the process."""
     function = torch.autograd.Function
     original = function.__dict__["apply"]
 

@@ -62,11 +62,9 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
 
     def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
         outs = torch.fx.Interpreter(module).run(*values)
-        # An output that is an input or a view (of an input, a parameter or another output) AOTAutograd returns
-        # outside its graphs, by replaying the view; the programs return buffers of their own, so such an output
-        # is copied inside the graph instead.
-        return type(outs)(o.clone() if _aliases(o, values) else o for o in outs) if isinstance(outs, (tuple, list)) \
-            else (outs.clone() if _aliases(outs, values) else outs)
+        if isinstance(outs, (tuple, list)):
+            return type(outs)(_unaliased(o, values) for o in outs)
+        return _unaliased(outs, values)
 
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
@@ -127,8 +125,13 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
     return fused
 
 
-def _aliases(value, inputs) -> bool:
-    return isinstance(value, torch.Tensor) and (value._is_view() or any(value is v for v in inputs))
+def _unaliased(value, inputs):
+    """An output that is an input, or a view (of an input, a parameter or another output), copied: AOTAutograd
+    would return it outside its graphs by replaying the view, and its backward would then take fewer cotangents;
+    the programs return buffers of their own."""
+    if isinstance(value, torch.Tensor) and (value._is_view() or any(value is v for v in inputs)):
+        return value.clone()
+    return value
 
 
 def _input_kind(spec) -> tuple[str, str]:

@@ -323,6 +323,23 @@ def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):
         assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - expected) <= 1e-5 * abs(expected)
 
 
+def assert_gradients_at_batch_sizes(cell, model, example, sizes):
+    """The loss and every parameter's gradient (ms.value_and_grad) equal torch's, at each batch size."""
+    params = cell.trainable_params()
+    step = ms.value_and_grad(cell, None, params)
+    for batch in sizes:
+        x, target = example(batch, batch)
+        loss, grads = step(to_ms(x), to_ms(target))
+        reference = copy.deepcopy(model)
+        expected = reference(x, target)
+        expected.backward()
+        assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
+        torch_grads = dict(reference.named_parameters())
+        for param, grad in zip(params, grads):
+            torch.testing.assert_close(to_torch(grad), torch_grads[param.name].grad, rtol=1e-4, atol=1e-6,
+                                       msg=param.name)
+
+
 def token_batch(batch, seed, vocab=30, length=6, classes=4):
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, length), generator=gen), torch.randint(0, classes, (batch,), generator=gen)
@@ -337,19 +354,7 @@ def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse):
     torch.manual_seed(9)
     model = WithLoss(make())
     cell = aot_ops.from_torch(model, example(4, 0), dynamic_batch=True, fuse=fuse)
-    params = cell.trainable_params()
-    step = ms.value_and_grad(cell, None, params)
-    for batch in (3, 5):
-        x, target = example(batch, batch)
-        loss, grads = step(to_ms(x), to_ms(target))
-        reference = copy.deepcopy(model)
-        expected = reference(x, target)
-        expected.backward()
-        assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
-        torch_grads = dict(reference.named_parameters())
-        for param, grad in zip(params, grads):
-            torch.testing.assert_close(to_torch(grad), torch_grads[param.name].grad, rtol=1e-4, atol=1e-6,
-                                       msg=param.name)
+    assert_gradients_at_batch_sizes(cell, model, example, (3, 5))
 
 
 @pytest.mark.parametrize("make,shape,node", [(LSTMNet, (4, 7, 12), "zeros"), (MemoryNet, (4, 7, 12), "expand")],
@@ -363,19 +368,8 @@ def test_dynamic_batch_sizes_from_other_inputs_need_fuse(make, shape, node, mode
     with pytest.raises(aot_ops.PortError, match=rf"node '{node}' .*port with fuse=True"):
         aot_ops.from_torch(model, example, dynamic_batch=True)
     cell = aot_ops.from_torch(model, example, dynamic_batch=True, fuse=True)
-    params = cell.trainable_params()
-    step = ms.value_and_grad(cell, None, params)
-    for batch in (3, 5):
-        x, target = batches((batch, *shape[1:]), count=1, seed=batch)[0]
-        loss, grads = step(to_ms(x), to_ms(target))
-        reference = copy.deepcopy(model)
-        expected = reference(x, target)
-        expected.backward()
-        assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
-        torch_grads = dict(reference.named_parameters())
-        for param, grad in zip(params, grads):
-            torch.testing.assert_close(to_torch(grad), torch_grads[param.name].grad, rtol=1e-4, atol=1e-6,
-                                       msg=param.name)
+    assert_gradients_at_batch_sizes(cell, model, lambda b, seed: batches((b, *shape[1:]), count=1, seed=seed)[0],
+                                    (3, 5))
 
 
 def test_other_shapes_are_refused_with_the_expected_shape(mode):

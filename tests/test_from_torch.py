@@ -16,7 +16,8 @@ import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, MaskedAttentionNet,
-                        MemoryNet, ResNet, TiedEmbeddingNet, TokenNet, TransformerClassifier, WithLoss)
+                        MemoryNet, ResNet, TiedEmbeddingNet, TinyGPT, TinyViT, TokenNet, TransformerClassifier,
+                        WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -72,6 +73,8 @@ TRAINED = [
     (AttentionNet, (4, 5, 16)),
     (ContainerNet, (6, 12)),
     (LSTMNet, (4, 7, 12)),
+    (TinyViT, (2, 3, 8, 8)),
+    (TinyGPT, (4, 6)),
 ]
 
 

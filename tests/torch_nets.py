@@ -187,6 +187,57 @@ class TokenNet(nn.Module):
         return self.out((first * second).reshape(ids.shape[0], -1))
 
 
+class TinyViT(nn.Module):
+    """A vision transformer: patches from a strided convolution, a class token expanded to the batch, learned
+    positions, two pre-norm nn.TransformerEncoder layers, the class token classified."""
+
+    def __init__(self, d_model=16, classes=5):
+        super().__init__()
+        self.patch = nn.Conv2d(3, d_model, 4, stride=4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos = nn.Parameter(torch.randn(1, 5, d_model) * 0.02)
+        layer = nn.TransformerEncoderLayer(d_model, 2, 2 * d_model, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        patches = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(x.shape[0], -1, -1), patches], 1) + self.pos
+        return self.head(self.encoder(h)[:, 0])
+
+
+class TinyGPT(nn.Module):
+    """A decoder block as GPT writes it: token and position embeddings, a causal mask buffer applied with
+    masked_fill, heads split by view/transpose, the output projection tied to the token embedding."""
+
+    def __init__(self, vocab=20, d_model=16, length=6, classes=5):
+        super().__init__()
+        self.classes = classes
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(length, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.final_norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tokens.weight
+        self.register_buffer("mask", torch.tril(torch.ones(length, length)).view(1, 1, length, length))
+
+    def forward(self, x):
+        ids = (x.abs() * 7).long() % self.tokens.num_embeddings
+        batch, length = ids.shape
+        d = self.tokens.embedding_dim
+        h = self.tokens(ids) + self.positions(torch.arange(length))
+        q, k, v = self.qkv(self.norm(h)).split(d, 2)
+        q, k, v = [t.view(batch, length, 2, d // 2).transpose(1, 2) for t in (q, k, v)]
+        scores = (q @ k.transpose(-2, -1)) / (d // 2) ** 0.5
+        scores = scores.masked_fill(self.mask[:, :, :length, :length] == 0, float("-inf")).softmax(-1)
+        h = h + self.proj((scores @ v).transpose(1, 2).contiguous().view(batch, length, d))
+        h = h + self.mlp(h)
+        return self.head(self.final_norm(h))[:, -1, :self.classes]
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

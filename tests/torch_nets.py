@@ -238,6 +238,19 @@ class TinyGPT(nn.Module):
         return self.head(self.final_norm(h))[:, -1, :self.classes]
 
 
+class NormalizedNet(nn.Module):
+    """Layers under torch.nn.utils.parametrizations (weight_norm, spectral_norm): their ParametrizationList holds
+    parameters (original0, original1) beside numbered children, and spectral_norm updates buffers in training."""
+
+    def __init__(self, d_in=12, hidden=16, classes=5):
+        super().__init__()
+        self.a = nn.utils.parametrizations.weight_norm(nn.Linear(d_in, hidden))
+        self.b = nn.utils.parametrizations.spectral_norm(nn.Linear(hidden, classes))
+
+    def forward(self, x):
+        return self.b(F.silu(self.a(x.mean(1))))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

@@ -83,7 +83,7 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state = _state_entries(model)
     aliases = {e.key: e.alias_of for e in state if e.alias_of}
-    structure = Structure(modules)
+    structure = Structure(modules, (entry.key for entry in state))
     source = generate(_class_name(name), name, graphs, refused_training,
                       lambda key: structure.state_expression(aliases.get(key, key)), fused or None)
     cls, path = _load_class(_class_name(name), source)

@@ -15,7 +15,7 @@ import keyword
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 import mindspore as ms
 import torch
@@ -174,7 +174,7 @@ class PortedCell(nn.Cell):
         return _program_operator(fused.forward, bprop)
 
     def _build_modules(self, spec: PortSpec) -> None:
-        structure = Structure(spec.modules)
+        structure = Structure(spec.modules, (entry.key for entry in spec.state))
         cells: dict[str, nn.Cell] = {"": self}
         if structure.root_is_list:  # nn.Sequential itself: its numbered children in a CellList
             self.layers = ModuleListCell(spec.module_name, "")
@@ -253,15 +253,20 @@ def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:
 
 class Structure:
     """Where each torch submodule sits in the ported cell: numbered children (Sequential, ModuleList) form a
-    CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`."""
+    CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`. A module that also holds
+    parameters or buffers of its own (a ParametrizationList: `original0` beside its numbered parametrizations) is
+    a plain Cell with `item_<i>` children instead, as GRAPH_MODE reads a CellList as a tuple, which has no
+    attributes."""
 
-    def __init__(self, modules: list[tuple[str, str]]):
+    def __init__(self, modules: list[tuple[str, str]], state_keys: Iterable[str] = ()):
         children: dict[str, list[str]] = collections.defaultdict(list)
         for path, _kind in modules:
             if path:
                 parent, _, name = path.rpartition(".")
                 children[parent].append(name)
-        self.lists = {p for p, names in children.items() if names == [str(k) for k in range(len(names))]}
+        holders = {key.rpartition(".")[0] for key in state_keys}
+        self.lists = {p for p, names in children.items()
+                      if names == [str(k) for k in range(len(names))] and p not in holders}
         self.root_is_list = "" in self.lists
         self.expressions = {"": "self"}
         for path, _kind in modules:

@@ -123,15 +123,31 @@ _OPS = {"train": "train", "eval": "eval_", "both": "both"}
 _MODE_WORDS = {"train": "training", "eval": "evaluation", "both": "both modes"}
 
 
+def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str]) -> tuple[list[str], dict[str, str]]:
+    """Lines reading each buffer the graph updates into a copy first, and buffer key -> that copy's name.
+
+    A Parameter passed to an operator reaches its bprop by reference: the bprop runs after the forward's Assign and,
+    in PyNative, read the new value (`self.r = self.r * 0.5` after using r gave wrong gradients). The copy is taken
+    before the Assign, so forward and backward see the value torch used."""
+    lines, names = [], {}
+    for k, key in enumerate(sorted(updated)):
+        names[key] = f"_buffer_read_{k}"
+        lines.append(f"        {names[key]} = _ops.deepcopy({state_expr(key)})")
+    return lines, names
+
+
 def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[str]:
+    read_lines, copies = _updated_buffer_reads({key for key, _ in graph.buffer_updates}, state_expr)
+
     def value(name: str) -> str:
         if name in graph.state:
-            return state_expr(graph.state[name])
+            key = graph.state[name]
+            return copies.get(key) or state_expr(key)
         if name in graph.constants:
             return f"self.const_{mode}_{name}"
         return name
 
-    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):"]
+    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
     ops = f"self.ops_{mode}"
     # An operator returning a list of one tensor (unbind over a size-1 dimension) gives the tensor itself, as every
     # one-output MindSpore operator does: its item is the result, not the result's first row.
@@ -151,11 +167,13 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[
 
 def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str]) -> list[str]:
     """forward_<mode> as one program call, then the buffer updates, then the outputs."""
+    read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr)
+
     def value(kind: str, name: str) -> str:
-        return {"state": lambda: state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",
+        return {"state": lambda: copies.get(name) or state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",
                 "input": lambda: name}[kind]()
 
-    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):"]
+    lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
     call = f"self.ops_{mode}.program({', '.join(value(k, n) for k, n in fused.inputs)})"
     single = fused.forward.num_outputs == 1
     lines.extend(_wrap(f"        outs = ({call},)" if single else f"        outs = {call}", "            "))

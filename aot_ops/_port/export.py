@@ -8,6 +8,9 @@
   that torch can decompose: scaled_dot_product_attention (tagged random because of its dropout_p, even at 0) turns
   into matmuls and a softmax this way.
 - Dropout that draws nothing (p == 0, or eval mode) is kept here and becomes the identity when the graph is read.
+- What runs under torch.no_grad() (spectral norm's power iteration, a detached statistic) is marked by
+  torch.export as a set_grad_enabled(False) region, which run_decompositions inlines into ordinary nodes; its
+  results are detached first, so that no gradient flows through them (MindSpore would differentiate them).
 - A torch.autograd.Function of the user's is refused: torch.export records what its forward computes, not its
   backward, so MindSpore would differentiate the forward's operators instead, silently (a straight-through round
   would get zero gradients).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import operator
 import warnings
 from typing import Any
 
@@ -60,6 +64,7 @@ def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: b
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
             with _explained("torch.export could not trace the module"), _refusing_custom_backwards():
                 program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+            _detach_no_grad_results(program)
             with _explained("torch.export could not make the graph functional"):
                 program = program.run_decompositions({})
             return _decompose_refused(program)
@@ -93,6 +98,26 @@ def _refusing_custom_backwards():
         yield
     finally:
         function.apply = original
+
+
+def _detach_no_grad_results(program: ExportedProgram) -> None:
+    """Every tensor result of a region that runs with gradients disabled goes through aten.detach: once the region
+    is inlined, nothing else would tell that no gradient flows back through it."""
+    graph = program.graph_module.graph
+    changed = False
+    for region in list(graph.nodes):
+        if region.target is not torch.ops.higher_order.wrap_with_set_grad_enabled or region.args[0] is not False:
+            continue
+        for item in list(region.users):
+            if item.target is not operator.getitem or not isinstance(item.meta.get("val"), torch.Tensor):
+                continue
+            with graph.inserting_after(item):
+                detached = graph.call_function(torch.ops.aten.detach.default, (item,))
+            detached.meta = dict(item.meta)
+            item.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+            changed = True
+    if changed:
+        program.graph_module.recompile()
 
 
 def _decompose_refused(program: ExportedProgram) -> ExportedProgram:

@@ -16,6 +16,7 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from aot_ops._front import build as front_build  # noqa: E402
 from aot_ops.extension import AotExtension, BuildAotExtension  # noqa: E402
 
 # Run-time sources an installed aot_ops needs: ms_ext (compiled into every library aot_ops.load builds) and the
@@ -32,6 +33,12 @@ class BuildBundledLibraries(BuildAotExtension):
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(HERE / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.o", "*.so"))
         super().run()
+
+    def build_extension(self, ext):
+        if not isinstance(ext, front_build.FrontExtension):
+            return super().build_extension(ext)
+        build_dir = Path("build" if self.final_in_source_tree else self.build_temp) / "aot_front"
+        front_build.build(Path(self.get_ext_fullpath(ext.name)).resolve(), build_dir.resolve())
 
 
 def cpu_kernel_sources() -> list[Path]:
@@ -69,6 +76,7 @@ os.chdir(HERE)  # the source lists above are relative to the project
 setup(
     ext_modules=[AotExtension("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
                  AotExtension("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs()),
-                 *cuda_library()],
+                 *cuda_library(),
+                 front_build.FrontExtension()],  # the PyNative fast front (aot_ops/_front)
     cmdclass={"build_ext": BuildBundledLibraries},
 )

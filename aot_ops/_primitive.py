@@ -5,6 +5,7 @@ kernels, user libraries, ATen operators) is an AotOp.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from dataclasses import dataclass
@@ -12,11 +13,13 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import torch
-from mindspore import ops
+from mindspore import Tensor, ops
 from mindspore.common import dtype as mstype
+from mindspore.graph.api import _pynative_executor
 from mindspore.ops import CustomRegOp, DataType
 
 from . import _dtypes
+from ._front import front as _front
 from ._meta import MetaInference
 from ._signature import read_signature
 
@@ -26,6 +29,7 @@ from ._signature import read_signature
 IDENTITY_ATTR = "aot_ops_identity"
 IO_ATTR = "ms_ext_io"
 _fresh_ids = itertools.count()
+_NOT_MADE = object()
 
 # MindSpore is not safe to enter from several Python threads at once: concurrent PyNative launches of one Custom
 # primitive were measured to return another thread's values and, now and then, to abort the process; a GRAPH_MODE
@@ -33,6 +37,12 @@ _fresh_ids = itertools.count()
 # of a ported Cell in either mode, holds this lock, so calls from threads are serialised and each returns its own
 # result. Reentrant: a ported Cell's operators take it again in the same thread.
 CALL_LOCK = threading.RLock()
+
+
+@functools.lru_cache(maxsize=None)
+def _front_allowed() -> bool:
+    """Whether eager calls may use the PyNative front: decided once per process (aot_ops/_front)."""
+    return _front.active()
 
 
 def fresh_identity(prefix: str) -> str:
@@ -140,11 +150,13 @@ class AotOp(ops.Custom):
         self.min_inputs = self.num_inputs if min_inputs is None else min_inputs
         set_attributes(self, attrs)
         self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
+        self._kernel_attrs = dict(attrs or {})  # the values the kernel reads, for the PyNative front
         # The input/output split the kernel checks at launch (MindSpore does not pass it; ms_ext/call.h). Every call
         # of this primitive has exactly these counts: __call__ and __infer__ check its arguments.
         if self.num_inputs is not None:
             outputs = [infer.num_outputs] if isinstance(infer, CppInference) else []
             self.add_prim_attr(IO_ATTR, [self.num_inputs, *outputs])
+            self._kernel_attrs[IO_ATTR] = [self.num_inputs, *outputs]
 
     def __call__(self, *args):
         # PyNative: check the call before MindSpore selects a kernel (a wrong argument count otherwise surfaces as
@@ -155,8 +167,42 @@ class AotOp(ops.Custom):
                 raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
                                 f"{count}")
             args = args + (None,) * (self.num_inputs - count)
+        if _front_allowed() and not _pynative_executor.requires_grad():
+            result = self._call_front(args)
+            if result is not NotImplemented:
+                return result
         with CALL_LOCK:
             return super().__call__(*args)
+
+    def _call_front(self, args):
+        """The call through the PyNative fast front (aot_ops/_front), or NotImplemented where it cannot run it."""
+        front = self.__dict__.get("_front", _NOT_MADE)
+        if front is _NOT_MADE:
+            cpp = isinstance(self.infer, CppInference)
+            front = self._front = _front.front_for(self.library, self.symbol, self.name_for_errors(),
+                                                   self._kernel_attrs, self.infer.num_outputs if cpp else None, cpp,
+                                                   self._infer_outputs)
+        if front is None:
+            return NotImplemented
+        inputs = []
+        for a in args:  # a tuple of tensors reaches the kernel expanded, as MindSpore passes it
+            if isinstance(a, (tuple, list)):
+                inputs.extend(a)
+            else:
+                inputs.append(a)
+        if not all(t is None or isinstance(t, Tensor) for t in inputs):
+            return NotImplemented  # the Custom path reports what it makes of other arguments
+        with CALL_LOCK:
+            return front(inputs)
+
+    def add_prim_attr(self, name, value):
+        # An attribute set after the operator was made (by hand) reaches the kernel on the PyNative front too: the
+        # front's attribute table is made anew with it.
+        kernel_attrs = self.__dict__.get("_kernel_attrs")
+        if kernel_attrs is not None:
+            kernel_attrs[name] = value
+            self.__dict__.pop("_front", None)
+        return super().add_prim_attr(name, value)
 
     def __getattr__(self, item):
         # An AotOp whose __init__ raised (a refused kernel or attribute) has no MindSpore state: MindSpore's own
@@ -179,12 +225,26 @@ class AotOp(ops.Custom):
         answer = self._dtype_answers.get(key)
         if answer is None:
             dtypes = [None if d is None else _dtypes.to_torch(d) for d in _flatten_dtypes(ms_dtypes)]
-            try:
-                out = _tensor_types(self.infer.dtypes(dtypes))
-            except TypeError as exc:
-                raise TypeError(f"{self.name_for_errors()}: {exc}") from None
+            out = _tensor_types(self._infer_outputs(None, dtypes)[1])
             answer = self._dtype_answers[key] = out[0] if len(out) == 1 else tuple(out)
         return answer
+
+    def _infer_outputs(self, shapes, dtypes):
+        """(output shapes, output torch dtypes) for inputs of these shapes and torch dtypes; the shapes are None for
+        a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Used by MindSpore's
+        inference callbacks and by the PyNative front alike."""
+        try:
+            if isinstance(self.infer, CppInference):
+                out_shapes, out_dtypes = None, self.infer.dtypes(dtypes)
+            else:
+                if self.signature is not None:
+                    self.signature.check(dtypes)
+                out_shapes, out_dtypes = self.infer(shapes, dtypes)
+            _tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
+        except TypeError as exc:
+            name = self.name_for_errors()
+            raise TypeError(str(exc) if str(exc).startswith(f"{name}:") else f"{name}: {exc}") from None
+        return out_shapes, out_dtypes
 
     def __infer__(self, *args):
         # GRAPH_MODE reaches here without __call__: the same argument count check, before anything reads inputs.
@@ -197,13 +257,8 @@ class AotOp(ops.Custom):
             return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _cpp_dtypes
         shapes, ms_dtypes = _flatten_tuple_arguments(args)
         dtypes = [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes]
-        if self.signature is not None:
-            self.signature.check(dtypes)
-        out_shapes, out_dtypes = self.infer(shapes, dtypes)
-        try:
-            ms_dtypes = _tensor_types(out_dtypes)
-        except TypeError as exc:  # e.g. a complex32 result
-            raise TypeError(f"{self.name_for_errors()}: {exc}") from None
+        out_shapes, out_dtypes = self._infer_outputs(shapes, dtypes)
+        ms_dtypes = _tensor_types(out_dtypes)
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}

@@ -114,4 +114,6 @@ class BuildAotExtension(build_ext):
         outputs = super().get_outputs()
         from ._build.build_info import record_path
 
-        return outputs + [str(record_path(Path(o))) for o in outputs if o.endswith(".so")]
+        records = [record_path(Path(self.get_ext_fullpath(e.name))) for e in self.extensions
+                   if isinstance(e, AotExtension)]
+        return outputs + [str(r) for r in records]

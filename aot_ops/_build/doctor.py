@@ -203,6 +203,24 @@ def _torch_lib_dir() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).resolve() / "lib"
 
 
+_FRONT_PROBE = "from aot_ops._front import front; print(front.status())"
+
+
+def check_front() -> Finding:
+    """The PyNative fast front (aot_ops/_front): switched on, built, and active in a fresh process."""
+    from .._front import ENV_SWITCH, switched_off
+
+    if switched_off():
+        return Finding("PyNative front", INFO, f"off ({ENV_SWITCH}={os.environ[ENV_SWITCH]}): eager calls use "
+                                               "ops.Custom (slower, same results)")
+    proc = subprocess.run([sys.executable, "-c", _FRONT_PROBE], capture_output=True, text=True, timeout=300)
+    status = (proc.stdout.strip().splitlines() or [""])[-1]
+    if proc.returncode != 0 or not status:
+        error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Finding("PyNative front", WARN, f"cannot be checked: {error}")
+    return Finding("PyNative front", OK if status.startswith("active") else WARN, status)
+
+
 def check_bundled_library(path: Path) -> Finding:
     """A bundled library loads in a clean process, finds torch's libraries in the installed torch, and was built
     against the installed torch and MindSpore."""
@@ -239,7 +257,8 @@ def check_bundled_libraries() -> list[Finding]:
 
 def diagnose() -> list[Finding]:
     findings = [check_python(), check_mindspore(), check_numpy(), *check_torch(), *check_compilers(),
-                *check_cuda(), check_cann(), check_cache(), check_white_list(), *check_bundled_libraries()]
+                *check_cuda(), check_cann(), check_cache(), check_white_list(), *check_bundled_libraries(),
+                check_front()]
     return findings
 
 

@@ -1,14 +1,18 @@
 """Per-call time of a bridged operator in PyNative: the fast front against the Custom aot path, MindSpore's built-in
 ops.relu and torch eager, from 16 elements to 1M; and one ms.grad step through each (CPU).
 
-    .venv/bin/python benchmarks/front_per_call.py [--plot docs/front_per_call.png] [--sizes 16,1024,65536,1048576]
+    .venv/bin/python benchmarks/front_per_call.py [--plot docs/front_per_call.png] [--threads N]
+                                                  [--sizes 16,256,4096,65536,1048576]
 
 Rows: `aot_ops.leaky_relu` and `aten.op("aten::leaky_relu")` through the front (what a call does by default) and
 through the ops.Custom path (the same primitive, called as ops.Custom; what AOT_OPS_FAST_FRONT=0 gives), against
 `ops.relu` (the cheapest MindSpore built-in) and torch's leaky_relu. Each figure is the median over 5 rounds of the
 mean time per call in a loop, synchronised at the end of each round; ratios come from the same run. The gradient
 step is `ms.grad(lambda x: op(x))(x)` at 16 elements: MindSpore records it through the Custom primitive (the front
-serves calls outside gradient recording).
+serves calls outside gradient recording). Thread counts: torch uses --threads intra-op threads (default: one per
+core); the bridged ATen kernels run on MindSpore's device thread, where OpenMP's default (one per core) applies
+whatever --threads says; MindSpore's built-in kernels use MindSpore's own thread pool. On a machine with few cores
+these pools take CPU from each other: mid-size figures (4K-64K elements) move by 2x between runs.
 """
 import argparse
 
@@ -35,7 +39,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="16,256,4096,65536,1048576")
     parser.add_argument("--plot", help="write a log-log PNG of time per call against elements")
+    parser.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's, one per core)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
     leaky = aot_ops.leaky_relu(negative_slope=0.2)
     aten_leaky = aten.op("aten::leaky_relu", negative_slope=0.2)
@@ -54,13 +61,15 @@ def main():
         expected = torch.nn.functional.leaky_relu(xt, 0.2).numpy()
         for op in (leaky, aten_leaky, custom_path(leaky), custom_path(aten_leaky)):
             np.testing.assert_allclose(op(x).asnumpy(), expected, rtol=1e-6)
+        # torch last: its OpenMP threads spin for a while after a parallel kernel, and MindSpore's built-in
+        # kernels measured right after them took milliseconds per call on 2 cores.
         t = {
-            "torch": per_call_us(lambda: torch.nn.functional.leaky_relu(xt, 0.2), repeat),
             "ops.relu": per_call_us(lambda: ops.relu(x), repeat),
             "leaky_relu front": per_call_us(lambda: leaky(x), repeat),
             "leaky_relu Custom": per_call_us(lambda: custom_path(leaky)(x), repeat),
             "aten.op front": per_call_us(lambda: aten_leaky(x), repeat),
             "aten.op Custom": per_call_us(lambda: custom_path(aten_leaky)(x), repeat),
+            "torch": per_call_us(lambda: torch.nn.functional.leaky_relu(xt, 0.2), repeat),
         }
         for name, value in t.items():
             rows[name].append(value)

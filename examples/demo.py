@@ -76,7 +76,9 @@ def main():
         name = "PyNative" if mode == ms.PYNATIVE_MODE else "GRAPH_MODE"
         print(f"   {k + 1:>4}  {name:<14} {ours:>14.6f} {theirs:>11.6f} {abs(ours - theirs):>12.2e}")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    assert worst < 1e-4, f"losses differ by {worst:.2e} (relative)"
+    # Training a ResNet at batch 8 amplifies rounding: torch against itself, with 1 and then 2 threads, ends these
+    # six steps 2e-3 apart (9e-4 relative) on some CPUs; MindSpore's SGD rounds its update differently from torch's.
+    assert worst < 1e-2, f"losses differ by {worst:.2e} (relative)"
     print(f"   largest relative difference: {worst:.1e}")
 
 

@@ -60,6 +60,23 @@ def test_each_kind_of_operator_runs_on_the_front_as_on_the_custom_path(make, inp
         assert_same(g, e)
 
 
+class ManyOutputs(torch.nn.Module):
+    def forward(self, x):
+        return tuple(torch.tanh(x) * k for k in range(20))
+
+
+def test_an_operator_with_many_outputs_runs_on_the_front():
+    """A fused forward program returns as many outputs as the network has (the front takes any count)."""
+    x = sample((3, 4), torch.float32)
+    cell = aot_ops.from_torch(ManyOutputs().eval(), (x,), fuse=True)
+    got, launches = launched(lambda: cell(to_ms(x)))
+    assert launches == 1
+    expected = ManyOutputs()(x)
+    assert len(got) == len(expected) == 20
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
 def test_users_ms_ext_kernel_reads_every_attribute_kind_on_the_front(user_library):
     # What lib.op(symbol, attrs=...) makes for a kernel of the user's own library: an AotOp.
     op = AotOp(user_library, "AttrEcho", attrs={"i": 7, "f": 0.1, "s": "text", "b": True, "il": [3, 1, 4],

@@ -8,7 +8,7 @@ arguments. AotOp.__call__ uses it when all of these hold:
 - the call is eager and MindSpore is not recording gradients (`ms.grad`/`value_and_grad` record through the
   Custom primitive, whose bprop MindSpore knows: a PyBoost op of its own would get zero gradients silently);
 - the kernel comes from an ms_ext library with call extras (attributes travel in a packed table, c_api.h) and has
-  at most MAX_OUTPUTS outputs; the device target is CPU;
+  at least one output; the device target is CPU;
 - every argument is a Tensor or None, and the front is on: `AOT_OPS_FAST_FRONT=0` turns it off for the process.
 
 Output dtypes (and, for operators inferred in Python, shapes) are decided here once per input signature and
@@ -26,6 +26,9 @@ import mindspore as ms
 from .. import _dtypes
 from .._packed_attrs import pack
 from . import ENV_SWITCH, switched_off
+
+_UNPLANNED = object()
+_MAX_PLANS = 1024  # input signatures remembered per operator
 
 _module = None
 _unavailable: str | None = None
@@ -89,9 +92,13 @@ class Front:
             key = tuple(None if t is None else t.dtype for t in inputs)
         else:
             key = tuple(None if t is None else (t.dtype, t.shape) for t in inputs)
-        plan = self._plans.get(key)
-        if plan is None:
+        plan = self._plans.get(key, _UNPLANNED)
+        if plan is _UNPLANNED:
+            if len(self._plans) >= _MAX_PLANS:  # e.g. a dynamic batch in a long PyNative loop
+                self._plans.clear()
             plan = self._plans[key] = self._plan(inputs)
+        if plan is None:
+            return NotImplemented
         kernel, types, shapes = plan
         return kernel(list(inputs), types, shapes)
 
@@ -99,6 +106,8 @@ class Front:
         shapes = None if self._cpp_shapes else [None if t is None else tuple(t.shape) for t in inputs]
         dtypes = [None if t is None else _dtypes.to_torch(t.dtype) for t in inputs]
         out_shapes, out_dtypes = self._outputs(shapes, dtypes)
+        if not out_dtypes:
+            return None  # an operator without outputs stays on the Custom path
         ids = _load().type_ids()
         types = [ids[_dtypes.checked_ms_name(d)] for d in out_dtypes]
         return self._kernel(len(types)), types, None if out_shapes is None else [list(s) for s in out_shapes]
@@ -115,7 +124,7 @@ def front_for(library: str, symbol: str, name: str, attrs: dict, num_outputs: in
               outputs):
     """A Front for this kernel, or None when the front cannot run it (then ops.Custom does)."""
     module = _load()
-    if module is None or (num_outputs is not None and num_outputs > module.MAX_OUTPUTS):
+    if module is None or num_outputs == 0:
         return None
     from .._clib import open_library
 

@@ -14,7 +14,6 @@
 // the result is read, as MindSpore's own operators report failures in the asynchronous pipeline.
 #include <dlfcn.h>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -42,9 +41,6 @@ using ExtraNewFn = void *(*)(const char *, size_t);
 using ExtraFreeFn = void (*)(void *);
 using ExtraWorkspaceFn = size_t (*)(const void *, size_t *, size_t);
 
-// Most outputs an operator may have on this front (PyboostRunner::Call fixes the count at compile time); an
-// operator with more keeps the ops.Custom path.
-constexpr int kMaxOutputs = 16;
 constexpr size_t kWorkspaceAlignment = 64;
 
 // MindSpore's dtype names, as its aot path passes them to kernels.
@@ -123,8 +119,7 @@ class Kernel : public std::enable_shared_from_this<Kernel> {
         extra_free_ == nullptr || extra_workspace_ == nullptr)
       throw std::runtime_error(name_ + ": " + library + " is not an ms_ext library with call extras");
     if (cpp_shapes_ && infer_ == nullptr) throw std::runtime_error(name_ + ": the kernel has no C++ InferShape");
-    if (num_outputs_ < 1 || num_outputs_ > kMaxOutputs)
-      throw std::runtime_error(name_ + ": " + std::to_string(num_outputs_) + " outputs is more than the front takes");
+    if (num_outputs_ < 1) throw std::runtime_error(name_ + ": an operator without outputs cannot run on the front");
     extra_ = new_extra();
   }
 
@@ -320,38 +315,33 @@ namespace {
 using Inputs = std::vector<std::optional<ms::Tensor>>;
 using Shapes = std::optional<std::vector<std::vector<int64_t>>>;
 
-// PyboostRunner::Call<N> for N outputs (a compile-time count, chosen at run time from a table below), with one
-// difference: a failure in the frontend task (a shape error, a failed Init) is kept in the outputs alone and raised
-// when they are read. Call<N> also lets it reach MindSpore's queue, which raised it a second time, now and then, at
-// the next synchronisation: the operator's next, valid, call failed with the previous call's error.
-template <int N>
-py::object call_with(const std::shared_ptr<Kernel> &kernel, const Inputs &inputs, const std::vector<int64_t> &types,
-                     const Shapes &shapes) {
+// What PyboostRunner::Call<N> does, for any number of outputs (Call<N> fixes it at compile time; MindSpore's
+// vector forms of its helpers take it at run time), with one difference: a failure in the frontend task (a shape
+// error, a failed Init) is kept in the outputs alone and raised when they are read. Call<N> also lets it reach
+// MindSpore's queue, which raised it a second time, now and then, at the next synchronisation: the operator's next,
+// valid, call failed with the previous call's error.
+py::object dispatch(const std::shared_ptr<Kernel> &kernel, const Inputs &inputs, const std::vector<int64_t> &types,
+                    const Shapes &shapes) {
   mindspore::runtime::ProfilerRecorder profiler(mindspore::runtime::ProfilerModule::kPynative,
                                                 mindspore::runtime::ProfilerEvent::kRunOp, kernel->name());
-  auto py_output = mindspore::tensor::MakeTuple<mindspore::tensor::TensorWrapper, N, false>();
-  auto promises = mindspore::tensor::TransformPromise(py_output);
+  auto py_output = mindspore::tensor::MakeVector<false>(static_cast<size_t>(kernel->num_outputs()));
+  auto promises = mindspore::tensor::TransformVectorPromise(py_output);
   mindspore::pynative::DispatchOp(std::make_shared<mindspore::pynative::PassthroughFrontendTask>(
       [=]() {
         try {
           ms::inner::ConvertStubNodeToTensor(inputs);
-          ms::inner::SetPromise(kernel->name(), promises, kernel->run(inputs, types, shapes));
+          std::vector<mindspore::tensor::TensorPtr> outputs;
+          for (const ms::Tensor &t : kernel->run(inputs, types, shapes)) outputs.push_back(t.tensor());
+          mindspore::tensor::SetPromise(promises, outputs);
         } catch (...) {
           mindspore::tensor::SetException(promises);
         }
       },
       [promises]() { mindspore::tensor::SetException(promises); }));
-  return py::reinterpret_steal<py::object>(mindspore::tensor::TransformOutput(py_output));
+  // One output is returned as the tensor itself, several as a tuple (as ops.Custom does).
+  if (py_output.size() == 1) return py::reinterpret_steal<py::object>(py_output[0].value());
+  return py::reinterpret_steal<py::object>(mindspore::tensor::TransformVectorOutput(py_output));
 }
-
-using CallFn = py::object (*)(const std::shared_ptr<Kernel> &, const Inputs &, const std::vector<int64_t> &,
-                              const Shapes &);
-
-template <size_t... I>
-constexpr std::array<CallFn, sizeof...(I)> call_table(std::index_sequence<I...>) {
-  return {&call_with<static_cast<int>(I) + 1>...};
-}
-constexpr auto kCalls = call_table(std::make_index_sequence<kMaxOutputs>());
 
 // What Python holds for one operator configuration.
 class FrontKernel {
@@ -365,7 +355,7 @@ class FrontKernel {
   // ids, and their shapes when Python inferred them (None: the kernel's C++ InferShape runs). Returns a Tensor for
   // one output, a tuple for several, as ops.Custom does.
   py::object call(const Inputs &inputs, const std::vector<int64_t> &types, const Shapes &shapes) const {
-    return kCalls[kernel_->num_outputs() - 1](kernel_, inputs, types, shapes);
+    return dispatch(kernel_, inputs, types, shapes);
   }
 
  private:
@@ -387,5 +377,4 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
     return ids;
   }, "MindSpore's type id of each dtype name the front passes to kernels");
   m.def("launches", [] { return g_launches.load(); }, "entry points launched through the front in this process");
-  m.attr("MAX_OUTPUTS") = kMaxOutputs;
 }

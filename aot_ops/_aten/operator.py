@@ -69,7 +69,6 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     `out_shapes`/`out_dtypes`: the outputs, when known beforehand (sizes may be expressions of input shapes):
     MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
     """
-    check_in_scope(call.overload)
     try:
         attrs, inputs, key = encode(call)
     except TypeError as exc:
@@ -85,6 +84,7 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     cache_key = (call.qualified_name, key)
     op = _operators.get(cache_key)
     if op is None:
+        check_in_scope(call.overload)  # asked once per operator made: the functional form calls this every time
         op = _make_operator(call, attrs, len(inputs), key, out_shapes, out_dtypes)
         if op.num_inputs is not None and op.min_inputs < op.num_inputs:
             op = OptionalInputs(op, op.num_inputs)

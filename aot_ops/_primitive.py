@@ -124,7 +124,8 @@ class AotOp(ops.Custom):
 
     def __init__(self, library: str | Path, symbol: str, *, infer: MetaInference | CppInference | Callable | None = None,
                  bprop: Callable | None = None, attrs: Mapping[str, object] | None = None,
-                 identity: str | None = None, num_inputs: int | None = None, min_inputs: int | None = None):
+                 identity: str | None = None, num_inputs: int | None = None, min_inputs: int | None = None,
+                 eager_front: bool = True):
         library = str(library)
         signature = read_signature(library, symbol)
         if signature is not None:
@@ -151,6 +152,7 @@ class AotOp(ops.Custom):
         set_attributes(self, attrs)
         self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
         self._kernel_attrs = dict(attrs or {})  # the values the kernel reads, for the PyNative front
+        self._eager_front = eager_front
         # The input/output split the kernel checks at launch (MindSpore does not pass it; ms_ext/call.h). Every call
         # of this primitive has exactly these counts: __call__ and __infer__ check its arguments.
         if self.num_inputs is not None:
@@ -167,7 +169,7 @@ class AotOp(ops.Custom):
                 raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
                                 f"{count}")
             args = args + (None,) * (self.num_inputs - count)
-        if _front_allowed() and not _pynative_executor.requires_grad():
+        if self._eager_front and _front_allowed() and not _pynative_executor.requires_grad():
             result = self._call_front(args)
             if result is not NotImplemented:
                 return result

@@ -5,14 +5,15 @@ ops.relu and torch eager, from 16 elements to 1M; and one ms.grad step through e
                                                   [--sizes 16,256,4096,65536,1048576]
 
 Rows: `aot_ops.leaky_relu` and `aten.op("aten::leaky_relu")` through the front (what a call does by default) and
-through the ops.Custom path (the same primitive, called as ops.Custom; what AOT_OPS_FAST_FRONT=0 gives), against
+through the ops.Custom path (the same primitive, called as ops.Custom; what AOT_OPS_FAST_FRONT=0 gives), the
+functional `aten.leaky_relu(x, 0.2)` (front), against
 `ops.relu` (the cheapest MindSpore built-in) and torch's leaky_relu. Each figure is the median over 5 rounds of the
 mean time per call in a loop, synchronised at the end of each round; ratios come from the same run. The gradient
 step is `ms.grad(lambda x: op(x))(x)` at 16 elements: MindSpore records it through the Custom primitive (the front
 serves calls outside gradient recording). Thread counts: torch uses --threads intra-op threads (default: one per
-core); the bridged ATen kernels run on MindSpore's device thread, where OpenMP's default (one per core) applies
-whatever --threads says; MindSpore's built-in kernels use MindSpore's own thread pool. On a machine with few cores
-these pools take CPU from each other: mid-size figures (4K-64K elements) move by 2x between runs.
+core), and so do the bridged ATen kernels on MindSpore's device thread (ATen sets each new thread's OpenMP count
+from torch.set_num_threads); MindSpore's built-in kernels use MindSpore's own thread pool. On a machine with few
+cores these pools take CPU from each other: mid-size figures (4K-64K elements) move by 2x between runs.
 """
 import argparse
 
@@ -51,7 +52,7 @@ def main():
     if not front.active():
         raise SystemExit("the fast front is not active: nothing to compare")
     rows = {"torch": [], "ops.relu": [], "leaky_relu front": [], "leaky_relu Custom": [], "aten.op front": [],
-            "aten.op Custom": []}
+            "aten.op Custom": [], "aten.f() front": []}
     print(f"{'elements':>9} " + " ".join(f"{name:>17}" for name in rows) + f" {'front/relu':>10} {'aten/relu':>9} "
           f"{'front/torch':>11}")
     for n in sizes:
@@ -69,6 +70,8 @@ def main():
             "leaky_relu Custom": per_call_us(lambda: custom_path(leaky)(x), repeat),
             "aten.op front": per_call_us(lambda: aten_leaky(x), repeat),
             "aten.op Custom": per_call_us(lambda: custom_path(aten_leaky)(x), repeat),
+            # the functional form binds its arguments to the schema on every call
+            "aten.f() front": per_call_us(lambda: aten.leaky_relu(x, 0.2), repeat),
             "torch": per_call_us(lambda: torch.nn.functional.leaky_relu(xt, 0.2), repeat),
         }
         for name, value in t.items():

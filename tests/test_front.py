@@ -149,9 +149,9 @@ def test_gradients_are_recorded_through_the_custom_primitive_never_zero():
     mul = aten.op("aten::mul.Tensor")
     before = front.launches()
     dx, dw = ms.grad(lambda a, b: mul(leaky(a), b).sum(), grad_position=(0, 1))(to_ms(x), to_ms(x * 3))
-    # Two launches: the backward kernels (LeakyReluGrad, mul's ATen backward), which MindSpore runs outside
-    # recording; the two forward calls, recorded, took the Custom path (four launches otherwise).
-    assert front.launches() - before == 2
+    # No launch on the front: the two forward calls, recorded, took the Custom path, and so did the backward
+    # kernels (LeakyReluGrad, mul's ATen backward), which are faster there inside MindSpore's bprop.
+    assert front.launches() - before == 0
     xt = x.clone().requires_grad_()
     wt = (x * 3).requires_grad_()
     (torch.nn.functional.leaky_relu(xt, 0.2) * wt).sum().backward()
@@ -160,7 +160,7 @@ def test_gradients_are_recorded_through_the_custom_primitive_never_zero():
     assert to_torch(dx).abs().sum() > 0
     # Outside ms.grad the same operators are on the front again.
     launched(lambda: leaky(to_ms(x)))
-    assert front.launches() - before == 3
+    assert front.launches() - before == 1
 
 
 def test_dtype_errors_are_raised_at_the_call_as_on_the_custom_path():

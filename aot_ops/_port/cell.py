@@ -170,7 +170,7 @@ class PortedCell(nn.Cell):
         bprop = None
         if bprop_factory is not None:
             constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
-            bprop = bprop_factory(_program_operator(fused.backward), constants)
+            bprop = bprop_factory(_program_operator(fused.backward, eager_front=False), constants)
         return _program_operator(fused.forward, bprop)
 
     def _build_modules(self, spec: PortSpec) -> None:
@@ -240,11 +240,13 @@ class PortedCell(nn.Cell):
         return IncompatibleKeys(missing, unexpected)
 
 
-def _program_operator(program, bprop=None) -> AotOp:
-    """One program (program.py) as an operator of the bundled library's program entry."""
+def _program_operator(program, bprop=None, eager_front: bool = True) -> AotOp:
+    """One program (program.py) as an operator of the bundled library's program entry. A backward program runs
+    inside MindSpore's bprop, where ops.Custom is faster than the PyNative front (see _opdef.py)."""
     dtypes = list(program.out_dtypes)
     return AotOp(library_path(), program.symbol, attrs=program.attrs, bprop=bprop, num_inputs=program.num_inputs,
-                 infer=CppInference(program.num_inputs, program.num_outputs, lambda _dtypes: dtypes))
+                 infer=CppInference(program.num_inputs, program.num_outputs, lambda _dtypes: dtypes),
+                 eager_front=eager_front)
 
 
 def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:

@@ -73,3 +73,17 @@ def test_add_custom_rejects_different_shapes():
     x, y = sample((4, 16), torch.float16, 1), sample((4, 8), torch.float16, 2)
     with pytest.raises((ValueError, RuntimeError), match="same shape"):
         run_forward(ascendc.add_custom(), [x, y])
+
+
+@pytest.mark.parametrize("make, inputs, reference, exact", [
+    (lambda: ascendc.add_custom(block_dim=4), [(8, 256), (8, 256)], torch.add, True),
+    (lambda: ascendc.softmax_custom(block_dim=3), [(37, 24)], lambda x: torch.softmax(x, -1), False),
+], ids=["add_custom", "softmax_custom"])
+def test_bundled_kernels_pass_opcheck_in_every_core_order(make, inputs, reference, exact):
+    from aot_ops.testing import opcheck
+
+    dtype = torch.float16 if exact else torch.float32
+    sample_inputs = [tuple(sample(shape, dtype, seed) for seed, shape in enumerate(inputs, 1))]
+    report = opcheck(make(), sample_inputs, reference, exact=exact, core_orders=True,
+                     rtol=None if exact else 1e-4, atol=None if exact else 1e-6)
+    assert report.passed("core_orders") == 1 and report.passed("graph_dynamic") == 1, report

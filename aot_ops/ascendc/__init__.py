@@ -7,6 +7,9 @@
     aot_ops.ascendc.runtime                        which path ran, the emulator's core order and UB size
                                                    (runtime.py; needs neither MindSpore nor torch.library)
     python -m aot_ops.ascendc.npu                  the real-NPU build with CANN (npu.py; refused without CANN)
+    aot_ops.ascendc.load(name, sources, kernels)   your own kernels from one declaration (library.py): MindSpore
+    aot_ops.ascendc.Kernel, require, CannotTile    operators, torch.library operators, the NPU project; tilings
+                                                   in Python, compiled to C++ (tiling.py)
 
 The submodules load on first use, so reading path counts does not import MindSpore.
 """
@@ -22,6 +25,13 @@ _LAZY = {
     "runtime": (".runtime", None),
     "torch_ops": (".torch_ops", None),
     "npu": (".npu", None),
+    "load": (".library", "load"),
+    "Kernel": (".declare", "Kernel"),
+    "require": (".tiling", "require"),
+    "minimum": (".tiling", "minimum"),
+    "maximum": (".tiling", "maximum"),
+    "where": (".tiling", "where"),
+    "CannotTile": (".tiling", "CannotTile"),
 }
 
 __all__ = sorted(_LAZY)

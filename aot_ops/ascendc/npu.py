@@ -38,8 +38,18 @@ def cann_home() -> Path:
     return Path(home)
 
 
-def build(build_dir: Path, soc_version: str = "Ascend910B1") -> Path:
+def build(build_dir: Path, soc_version: str = "Ascend910B1", project: Path | None = None) -> Path:
+    """Configures and builds `project` (default: the bundled kernels' project; a library made by
+    aot_ops.ascendc.load has its own, `lib.npu_project`, whose product is lib<name>_npu.so)."""
     home = cann_home()
+    if project is not None:
+        subprocess.run(["cmake", "-S", str(project), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
+                        f"-DSOC_VERSION={soc_version}"], check=True)
+        subprocess.run(["cmake", "--build", str(build_dir), "-j"], check=True)
+        found = sorted(Path(build_dir).glob("lib*_npu.so"))
+        if not found:
+            raise RuntimeError(f"the build finished without producing lib*_npu.so in {build_dir}")
+        return found[0]
     import torch
     import torch_npu  # noqa: F401  (the extension links it)
 
@@ -60,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--soc", default="Ascend910B1", help="SOC_VERSION (npu-smi info shows the chip)")
     parser.add_argument("--build-dir", default="build/ascendc_npu")
+    parser.add_argument("--project", help="the NPU project of a library made by aot_ops.ascendc.load "
+                                          "(lib.npu_project); default: the bundled kernels")
     args = parser.parse_args(argv)
     try:
-        print(build(Path(args.build_dir), args.soc))
+        print(build(Path(args.build_dir), args.soc, Path(args.project) if args.project else None))
     except CannNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,10 @@ extern "C" void ascendc_path_count_reset(void) {
   counts().clear();
 }
 
+extern "C" void ascendc_note_path(const char *op, const char *path, const char *reason) {
+  if (op != nullptr && path != nullptr) ascendc_aot::note_path(op, path, reason != nullptr ? reason : "");
+}
+
 namespace ascendc_aot {
 
 void note_path(const char *op, const char *path, const char *reason) {

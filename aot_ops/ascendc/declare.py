@@ -1,0 +1,62 @@
+"""The declaration of a user's Ascend C kernel: everything the three targets (MindSpore, torch, the NPU build) are
+generated from. See aot_ops.ascendc.load."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+_DTYPES = ("float16", "float32", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "float64", "bool")
+_SCALARS = ("int32", "uint32", "int64", "uint64")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel `extern "C" __global__ __aicore__ void <name>(GM_ADDR <inputs>..., GM_ADDR <outputs>...,
+    <scalars>...)`.
+
+    - `inputs`, `outputs`: the names of its GM_ADDR parameters, in order (inputs first).
+    - `dtypes`: the dtypes it runs; every input and output must have one of them, else the fallback runs.
+    - `scalars`: its parameters after the GM_ADDR ones, in order, name -> "int32" | "uint32" | "int64" | "uint64";
+      the tiling function returns their values.
+    - `tiling(*shapes, block_dim, ub_bytes) -> dict`: see aot_ops.ascendc.tiling (require() refuses a shape).
+    - `fallback`: the ATen operator with the same meaning ("aten::mul.Tensor"), its tensor arguments being the
+      kernel's inputs in order. It runs where the kernel cannot, and gives the operator's output shapes, dtypes
+      (on fake tensors) and gradients.
+    - `output_like`: output name -> the input whose shape and dtype it has. Given, the shapes are inferred in C++
+      (GRAPH_MODE with a dynamic batch works); omitted, from the fallback in Python (static shapes).
+    """
+    inputs: Sequence[str]
+    outputs: Sequence[str]
+    dtypes: Sequence[str]
+    tiling: Callable
+    fallback: str
+    scalars: Mapping[str, str] = field(default_factory=dict)
+    output_like: Mapping[str, str] | None = None
+
+    def checked(self, name: str) -> "Kernel":
+        """Itself after checking the declaration (errors name the kernel and the field)."""
+        if not name.isidentifier():
+            raise ValueError(f"kernel name {name!r} is not a C identifier")
+        for what, names in (("inputs", self.inputs), ("outputs", self.outputs), ("scalars", list(self.scalars))):
+            for n in names:
+                if not isinstance(n, str) or not n.isidentifier():
+                    raise ValueError(f"{name}: {what} entry {n!r} is not an identifier")
+        if not self.inputs or not self.outputs:
+            raise ValueError(f"{name}: a kernel needs at least one input and one output")
+        for d in self.dtypes:
+            if d not in _DTYPES:
+                raise ValueError(f"{name}: dtype {d!r} is not one of {', '.join(_DTYPES)}")
+        for s, t in self.scalars.items():
+            if t not in _SCALARS:
+                raise ValueError(f"{name}: scalar {s!r} has type {t!r}, not one of {', '.join(_SCALARS)}")
+        if not callable(self.tiling):
+            raise TypeError(f"{name}: tiling must be a function (*shapes, block_dim, ub_bytes) -> dict")
+        if not isinstance(self.fallback, str) or not self.fallback.startswith("aten::"):
+            raise ValueError(f"{name}: fallback must name an ATen operator, e.g. 'aten::mul.Tensor'")
+        if self.output_like is not None:
+            if sorted(self.output_like) != sorted(self.outputs):
+                raise ValueError(f"{name}: output_like must name every output ({list(self.outputs)})")
+            for o, i in self.output_like.items():
+                if i not in self.inputs:
+                    raise ValueError(f"{name}: output_like[{o!r}] = {i!r} is not an input")
+        return self

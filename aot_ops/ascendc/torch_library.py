@@ -1,0 +1,91 @@
+"""The torch side of `ascendc.load`: each declared kernel as a torch.library operator torch.ops.<library>.<kernel>,
+with a fake implementation (the fallback on fake tensors, for torch.compile) and autograd (the fallback's
+vector-Jacobian product). The CPU implementation calls the library's generated C entry point, which runs the
+kernel on the emulator or the fallback, exactly as the MindSpore operator does."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from .._clib import last_error, open_library
+from .._dtypes import checked_ms_name
+from . import codegen
+
+# One torch.library fragment per namespace: loading a library again in the same process (its sources changed)
+# replaces the previous definitions.
+_FRAGMENTS: dict[str, torch.library.Library] = {}
+
+
+def fallback_overload(qualified: str) -> torch._ops.OpOverload:
+    """torch.ops.aten.mul.Tensor for "aten::mul.Tensor"."""
+    namespace, rest = qualified.split("::", 1)
+    name, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+
+
+def register(lib) -> None:
+    previous = _FRAGMENTS.pop(lib.name, None)
+    if previous is not None:
+        previous._destroy()
+    fragment = torch.library.Library(lib.name, "FRAGMENT")
+    _FRAGMENTS[lib.name] = fragment
+    for kernel_name, kernel in lib.kernels.items():
+        _register_kernel(fragment, lib, kernel_name, kernel)
+
+
+def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
+    qualified = f"{lib.name}::{kernel_name}"
+    n_in, n_out = len(kernel.inputs), len(kernel.outputs)
+    returns = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
+    fragment.define(f"{kernel_name}({', '.join(f'Tensor {i}' for i in kernel.inputs)}, int block_dim=8) -> {returns}")
+    fallback = fallback_overload(kernel.fallback)
+    entry = getattr(open_library(lib.path), codegen.torch_symbol(kernel_name))
+
+    def outputs_like_fallback(tensors):
+        out = fallback(*tensors)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def cpu(*args, block_dim=8):
+        # torch passes block_dim positionally when the caller gave it, not at all when it took the default
+        tensors, block_dim = list(args[:n_in]), args[n_in] if len(args) > n_in else block_dim
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise ValueError(f"{qualified}: the Ascend C emulator runs on CPU tensors, got one on {t.device}")
+        meta = outputs_like_fallback([t.to("meta") for t in tensors])
+        tensors = [t.contiguous() for t in tensors]
+        outputs = [torch.empty(m.shape, dtype=m.dtype) for m in meta]
+        everything = tensors + outputs
+        buffers = (ctypes.c_void_p * len(everything))(*[t.data_ptr() for t in everything])
+        shape_arrays = [(ctypes.c_int64 * max(t.dim(), 1))(*t.shape) for t in everything]
+        shapes = (ctypes.POINTER(ctypes.c_int64) * len(everything))(
+            *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in shape_arrays])
+        ndims = (ctypes.c_int * len(everything))(*[t.dim() for t in everything])
+        dtypes = (ctypes.c_char_p * len(everything))(*[checked_ms_name(t.dtype).encode() for t in everything])
+        if entry(buffers, shapes, ndims, dtypes, ctypes.c_int64(block_dim)) != 0:
+            raise RuntimeError(last_error(open_library(lib.path)))
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def fake(*args, block_dim=8):
+        out = [torch.empty_like(t, memory_format=torch.contiguous_format)
+               for t in outputs_like_fallback(list(args[:n_in]))]
+        return out[0] if n_out == 1 else tuple(out)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:n_in])
+
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(t.is_floating_point() or t.is_complex()) for t in saved]
+            outs = outputs_like_fallback(leaves)
+            wrt = [t for t in leaves if t.requires_grad]
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
+            found = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+                         if pairs and wrt else [])
+        result = [next(found, None) if t.requires_grad else None for t in leaves]
+        return (*result, None)
+
+    torch.library.impl(qualified, "cpu", lib=fragment)(cpu)
+    torch.library.register_fake(qualified, lib=fragment)(fake)
+    torch.library.register_autograd(qualified, backward, setup_context=setup_context, lib=fragment)

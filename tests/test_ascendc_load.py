@@ -1,0 +1,182 @@
+"""A user's own Ascend C kernel (tests/kernels/ascendc/mul_custom.cpp, not one of the bundled ones) declared once
+with aot_ops.ascendc.load, then run from MindSpore (both modes, gradients) and from torch (eager, torch.compile,
+torch.library.opcheck), bit-exact in fp16 against numpy in every core order of the emulator; shapes the tiling
+refuses run the fallback, counted; a broken variant is stopped by the emulator with a clear RuntimeError."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+
+import aot_ops
+from aot_ops import ascendc
+from aot_ops.ascendc import runtime as rt
+from aot_ops.ascendc.tiling import CannotTile, TilingError, evaluate
+from aot_ops.testing import OpCheckError, opcheck
+from support import to_ms, to_torch
+
+KERNEL_SOURCE = Path(__file__).parent / "kernels" / "ascendc" / "mul_custom.cpp"
+ORDERS = ("in_order", "reversed", "threads")
+
+
+def mul_tiling(x, y, *, block_dim, ub_bytes):
+    ascendc.require(x.rank == y.rank, "x and y differ in rank")
+    n = x.numel()
+    ascendc.require(n == y.numel(), "x and y differ in size")
+    ascendc.require(n % (16 * block_dim) == 0, "numel is not a multiple of 16 * block_dim")
+    share = n // block_dim
+    tile = ascendc.minimum(share, 2048)
+    ascendc.require(share % tile == 0, "a core's share is not a whole number of tiles")
+    ascendc.require(3 * 2 * tile * 2 <= ub_bytes, "the tiles do not fit the UB")
+    return {"totalLength": n, "tileLength": tile}
+
+
+def declaration() -> dict:
+    return {"mul_custom": ascendc.Kernel(inputs=["x", "y"], outputs=["z"], dtypes=["float16"],
+                                         scalars={"totalLength": "uint32", "tileLength": "uint32"},
+                                         tiling=mul_tiling, fallback="aten::mul.Tensor", output_like={"z": "x"})}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return ascendc.load("test_ascendc_mul", [KERNEL_SOURCE], kernels=declaration())
+
+
+def halves(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float16)
+
+
+def test_mindspore_runs_the_kernel_bit_exact_in_both_modes_and_every_core_order(lib):
+    mul = lib.mul_custom(block_dim=8)
+    a, b = halves((8, 512), 0), halves((8, 512), 1)
+    for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+        ms.set_context(mode=mode)
+        try:
+            for order in ORDERS:
+                rt.reset_path_counts()
+                with rt.emulator(order=order):
+                    z = mul(ms.Tensor(a), ms.Tensor(b)).asnumpy()
+                assert z.dtype == np.float16 and np.array_equal(z, a * b), (mode, order)
+                assert rt.path_count("mul_custom", "kernel") == 1 and rt.path_count("mul_custom", "aten") == 0
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_opcheck_passes_every_check(lib):
+    a, b = halves((16, 256), 2), halves((16, 256), 3)
+    report = opcheck(lib.mul_custom(block_dim=4), [(torch.from_numpy(a), torch.from_numpy(b))], torch.mul,
+                     exact=True, core_orders=True)
+    for check in ("pynative", "graph_static", "graph_dynamic", "gradient", "empty", "non_contiguous", "core_orders"):
+        assert report.passed(check) == 1, report
+
+
+def test_shapes_the_tiling_refuses_run_the_fallback_and_are_counted(lib):
+    mul = lib.mul_custom(block_dim=8)
+    cases = [((5, 7), "numel"), ((8, 3000), "whole number of tiles")]  # 35 elements; shares of 3000 > 2048 tiles
+    for shape, _ in cases:
+        a, b = halves(shape, 4), halves(shape, 5)
+        rt.reset_path_counts()
+        z = mul(ms.Tensor(a), ms.Tensor(b)).asnumpy()
+        np.testing.assert_array_equal(z, a * b)
+        assert rt.path_count("mul_custom", "aten") == 1 and rt.path_count("mul_custom", "kernel") == 0
+        # The Python run of the same tiling function agrees with the compiled one.
+        with pytest.raises(CannotTile):
+            evaluate(mul_tiling, [shape, shape], 8, rt.UB_910B)
+    # float32 is not a dtype the kernel runs: the fallback, in float32.
+    x = np.ones((8, 256), np.float32)
+    rt.reset_path_counts()
+    assert mul(ms.Tensor(x), ms.Tensor(x)).asnumpy().dtype == np.float32
+    assert rt.path_count("mul_custom", "aten") == 1
+    # A tileable shape, in Python: the values the C++ tiling launched with.
+    assert evaluate(mul_tiling, [(8, 512), (8, 512)], 8, rt.UB_910B) == {"totalLength": 4096, "tileLength": 512}
+
+
+def test_gradients_come_from_the_fallback(lib):
+    mul = lib.mul_custom(block_dim=8)
+    a, b = halves((4, 512), 6), halves((4, 512), 7)
+    da, db = ms.grad(lambda x, y: mul(x, y).sum(), grad_position=(0, 1))(ms.Tensor(a), ms.Tensor(b))
+    np.testing.assert_array_equal(da.asnumpy(), b)
+    np.testing.assert_array_equal(db.asnumpy(), a)
+
+
+def test_torch_eager_compile_and_library_opcheck(lib):
+    op = torch.ops.test_ascendc_mul.mul_custom
+    a, b = torch.from_numpy(halves((8, 512), 8)), torch.from_numpy(halves((8, 512), 9))
+    expected = torch.from_numpy(a.numpy() * b.numpy())
+    for order in ORDERS:
+        rt.reset_path_counts()
+        with rt.emulator(order=order):
+            assert torch.equal(op(a, b), expected)
+        assert rt.path_count("mul_custom", "kernel") == 1
+    compiled = torch.compile(lambda x, y: op(x, y, block_dim=4) * 2, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(a, b), expected * 2)
+    torch.library.opcheck(op.default, (a, b))
+    torch.library.opcheck(op.default, (a.float(), b.float()), {"block_dim": 2})  # the fallback path
+    x = a.float().requires_grad_()
+    op(x, b.float()).sum().backward()
+    assert torch.equal(x.grad, b.float())
+
+
+def test_a_broken_kernel_is_stopped_by_the_emulator_with_a_clear_error():
+    broken = ascendc.load("test_ascendc_mul_broken", [KERNEL_SOURCE], kernels=declaration(),
+                          extra_cflags=["-DMUL_CUSTOM_BROKEN"])
+    mul = broken.mul_custom(block_dim=8)
+    a = halves((8, 512), 10)
+    for _ in range(2):  # the error is raised every time, and the process goes on
+        with pytest.raises(RuntimeError, match=r"(?s)mul_custom.*DataCopy.*32"):
+            mul(ms.Tensor(a), ms.Tensor(a)).asnumpy()
+    with pytest.raises(RuntimeError, match=r"(?s)mul_custom.*DataCopy"):
+        torch.ops.test_ascendc_mul_broken.mul_custom(torch.from_numpy(a), torch.from_numpy(a))
+    # A shape the tiling refuses never reaches the broken kernel: the fallback answers.
+    c = halves((3, 5), 11)
+    np.testing.assert_array_equal(mul(ms.Tensor(c), ms.Tensor(c)).asnumpy(), c * c)
+
+
+def test_compile_errors_name_the_users_kernel_file_and_line(tmp_path):
+    source = tmp_path / "bad_kernel.cpp"
+    source.write_text(KERNEL_SOURCE.read_text().replace("Mul(c, a, b, tile_);", "Mul(c, a, b, tile_)  // no ;"))
+    line = next(i for i, text in enumerate(source.read_text().splitlines(), 1) if "// no ;" in text)
+    with pytest.raises(aot_ops.BuildError, match=rf"bad_kernel\.cpp:{line + 1}|bad_kernel\.cpp:{line}"):
+        ascendc.load("test_ascendc_bad", [source], kernels=declaration())
+
+
+def test_tiling_functions_that_cannot_be_compiled_say_why(tmp_path):
+    def branching(x, y, *, block_dim, ub_bytes):
+        if x.numel() > 4096:
+            return {"totalLength": 4096, "tileLength": 1}
+        return {"totalLength": x.numel(), "tileLength": 1}
+
+    def missing(x, y, *, block_dim, ub_bytes):
+        return {"totalLength": x.numel()}
+
+    for tiling, message in ((branching, "cannot branch on a size"), (missing, "tileLength")):
+        kernels = {"mul_custom": ascendc.Kernel(inputs=["x", "y"], outputs=["z"], dtypes=["float16"],
+                                                scalars={"totalLength": "uint32", "tileLength": "uint32"},
+                                                tiling=tiling, fallback="aten::mul.Tensor")}
+        with pytest.raises(TilingError, match=message):
+            ascendc.load("test_ascendc_untraceable", [KERNEL_SOURCE], kernels=kernels)
+
+
+def test_the_npu_project_is_generated_and_refuses_to_build_without_cann(lib, tmp_path):
+    cmake = (lib.npu_project / "CMakeLists.txt").read_text()
+    host = (lib.npu_project / "host_launch.cpp").read_text()
+    assert "ascendc_library(test_ascendc_mul_kernels" in cmake and str(KERNEL_SOURCE) in cmake
+    assert "ACLRT_LAUNCH_KERNEL(mul_custom)" in host and "tile_mul_custom" in host
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ASCEND_HOME_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "aot_ops.ascendc.npu", "--project", str(lib.npu_project),
+                           "--build-dir", str(tmp_path / "build")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 2 and "CANN not found" in proc.stderr
+
+
+def test_opcheck_reports_a_wrong_operator():
+    wrong = aot_ops.aten.op("aten::add.Tensor")  # checked against mul: every output check fails
+    x = torch.randn(4, 3)
+    with pytest.raises(OpCheckError, match="pynative") as info:
+        opcheck(wrong, [(x, x)], torch.mul, gradients=False)
+    assert "graph_static" in str(info.value)

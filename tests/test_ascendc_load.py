@@ -167,6 +167,31 @@ def test_the_npu_project_is_generated_and_refuses_to_build_without_cann(lib, tmp
     host = (lib.npu_project / "host_launch.cpp").read_text()
     assert "ascendc_library(test_ascendc_mul_kernels" in cmake and str(KERNEL_SOURCE) in cmake
     assert "ACLRT_LAUNCH_KERNEL(mul_custom)" in host and "tile_mul_custom" in host
+    # No CANN here: the host launcher is compiled against stand-ins of CANN's two headers, with a launch macro
+    # that records the arguments, and run: the compiled tiling gives what the Python one gives.
+    stubs = tmp_path / "stubs"
+    (stubs / "acl").mkdir(parents=True)
+    (stubs / "acl" / "acl.h").write_text("#pragma once\n")
+    (stubs / "aclrtlaunch_mul_custom.h").write_text(
+        "#pragma once\n#include <cstdint>\n#include <cstdio>\n"
+        "#define ACLRT_LAUNCH_KERNEL(k) launch_##k\n"
+        "inline void launch_mul_custom(uint32_t bd, void *, void *, void *, void *, uint32_t n, uint32_t t) {\n"
+        "  std::printf(\"%u %u %u\\n\", bd, n, t);\n}\n")
+    (tmp_path / "main.cpp").write_text(
+        '#include <cstdint>\nextern "C" int mul_custom_launch(void *, void **, const int64_t *const *, '
+        "const int *, int64_t, int64_t);\n"
+        "int main() {\n  void *buffers[3] = {};\n  int64_t a[2] = {8, 512}, b[2] = {3, 5};\n"
+        "  const int64_t *shapes[2] = {a, a}, *odd[2] = {b, b};\n  int ndims[2] = {2, 2};\n"
+        "  return mul_custom_launch(nullptr, buffers, shapes, ndims, 8, 196608) * 10 +\n"
+        "         mul_custom_launch(nullptr, buffers, odd, ndims, 8, 196608);\n}\n")
+    binary = tmp_path / "host_launch"
+    subprocess.run(["g++", "-std=c++17", f"-I{stubs}", str(lib.npu_project / "host_launch.cpp"),
+                    str(tmp_path / "main.cpp"), "-o", str(binary)], check=True, capture_output=True, timeout=300)
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    expected = evaluate(mul_tiling, [(8, 512), (8, 512)], 8, rt.UB_910B)
+    assert run.stdout.split() == ["8", str(expected["totalLength"]), str(expected["tileLength"])]
+    assert run.returncode == 1  # the first launch ran (0), the second was refused (1)
+
     env = {k: v for k, v in __import__("os").environ.items() if k != "ASCEND_HOME_PATH"}
     proc = subprocess.run([sys.executable, "-m", "aot_ops.ascendc.npu", "--project", str(lib.npu_project),
                            "--build-dir", str(tmp_path / "build")], capture_output=True, text=True, env=env,

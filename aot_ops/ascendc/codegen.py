@@ -220,27 +220,14 @@ extern "C" int {kernel_name}_launch(void *stream, void **buffers, const int64_t 
 #include "acl/acl.h"
 {chr(10).join(f'#include "aclrtlaunch_{k}.h"' for k in kernels)}
 
-namespace {{
-using Shapes = std::vector<std::vector<int64_t>>;
-struct DivisionByZero {{}};
-int64_t dim(const Shapes &s, int input, int k) {{
-  const int64_t rank = static_cast<int64_t>(s[input].size());
-  return s[input][static_cast<size_t>(k >= 0 ? k : rank + k)];
-}}
-int64_t numel(const std::vector<int64_t> &shape) {{ int64_t n = 1; for (int64_t d : shape) n *= d; return n; }}
-int64_t floordiv(int64_t a, int64_t b) {{
-  if (b == 0) throw DivisionByZero{{}};
-  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) --q; return q;
-}}
-int64_t mod(int64_t a, int64_t b) {{
-  if (b == 0) throw DivisionByZero{{}};
-  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r;
-}}
-int64_t min(int64_t a, int64_t b) {{ return a < b ? a : b; }}
-int64_t max(int64_t a, int64_t b) {{ return a < b ? b : a; }}
-}}  // namespace
+#include "tiling_support.h"
+
+using namespace ascendc_tiling_support;
 """ + "".join(launches)
-    return {"CMakeLists.txt": cmake, "host_launch.cpp": host}
+    from .._paths import source_dir
+
+    support = (source_dir("kernels") / "ascendc" / "aot" / "tiling_support.h").read_text()
+    return {"CMakeLists.txt": cmake, "host_launch.cpp": host, "tiling_support.h": support}
 
 
 def _c_string(text: str) -> str:

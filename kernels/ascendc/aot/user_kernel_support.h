@@ -19,10 +19,9 @@
 
 #include "ascendc_emu/launch.h"
 #include "kernel_operator.h"
+#include "tiling_support.h"
 
 namespace ascendc_user {
-
-using Shapes = std::vector<std::vector<int64_t>>;
 
 // ---- the bundled library's process-wide settings and counts --------------------------------------------------------
 
@@ -58,38 +57,9 @@ class BundledRuntime {
   void (*note_)(const char *, const char *, const char *) = nullptr;
 };
 
-// ---- helpers of compiled tiling functions (aot_ops/ascendc/tiling.py writes calls to these) ---------------------
+// ---- helpers of compiled tiling functions (tiling_support.h) ------------------------------------------------------
 
-struct DivisionByZero {};
-
-inline int64_t dim(const Shapes &s, int input, int k) {
-  const int64_t rank = static_cast<int64_t>(s[input].size());
-  return s[input][static_cast<size_t>(k >= 0 ? k : rank + k)];
-}
-
-inline int64_t numel(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// Python's // and % (floor division), which the tiling function was written with.
-inline int64_t floordiv(int64_t a, int64_t b) {
-  if (b == 0) throw DivisionByZero{};
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-inline int64_t mod(int64_t a, int64_t b) {
-  if (b == 0) throw DivisionByZero{};
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-
-using std::max;
-using std::min;
+using namespace ascendc_tiling_support;
 
 // A kernel argument of C type T from a tiling value, or the reason it does not fit.
 template <typename T>

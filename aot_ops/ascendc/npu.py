@@ -39,29 +39,27 @@ def cann_home() -> Path:
 
 
 def build(build_dir: Path, soc_version: str = "Ascend910B1", project: Path | None = None) -> Path:
-    """Configures and builds `project` (default: the bundled kernels' project; a library made by
-    aot_ops.ascendc.load has its own, `lib.npu_project`, whose product is lib<name>_npu.so)."""
+    """Configures and builds `project` (default: the bundled kernels' project and its torch_npu extension; a
+    library made by aot_ops.ascendc.load has its own, `lib.npu_project`, whose product is lib<name>_npu.so)."""
     home = cann_home()
+    defines = [f"-DASCEND_HOME_PATH={home}", f"-DSOC_VERSION={soc_version}"]
     if project is not None:
-        subprocess.run(["cmake", "-S", str(project), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
-                        f"-DSOC_VERSION={soc_version}"], check=True)
-        subprocess.run(["cmake", "--build", str(build_dir), "-j"], check=True)
-        found = sorted(Path(build_dir).glob("lib*_npu.so"))
-        if not found:
-            raise RuntimeError(f"the build finished without producing lib*_npu.so in {build_dir}")
-        return found[0]
+        return _cmake(Path(project), build_dir, defines, "lib*_npu.so")
     import torch
     import torch_npu  # noqa: F401  (the extension links it)
 
-    torch_dir = Path(torch.__file__).parent
-    torch_npu_dir = Path(sys.modules["torch_npu"].__file__).parent
-    subprocess.run(["cmake", "-S", str(npu_project()), "-B", str(build_dir), f"-DASCEND_HOME_PATH={home}",
-                    f"-DSOC_VERSION={soc_version}", f"-DTORCH_DIR={torch_dir}", f"-DTORCH_NPU_DIR={torch_npu_dir}",
-                    f"-DPython3_EXECUTABLE={sys.executable}"], check=True)
+    defines += [f"-DTORCH_DIR={Path(torch.__file__).parent}",
+                f"-DTORCH_NPU_DIR={Path(sys.modules['torch_npu'].__file__).parent}",
+                f"-DPython3_EXECUTABLE={sys.executable}"]
+    return _cmake(npu_project(), build_dir, defines, "ascendc_torch_npu*.so")
+
+
+def _cmake(project: Path, build_dir: Path, defines: list[str], product: str) -> Path:
+    subprocess.run(["cmake", "-S", str(project), "-B", str(build_dir), *defines], check=True)
     subprocess.run(["cmake", "--build", str(build_dir), "-j"], check=True)
-    found = sorted(Path(build_dir).glob("ascendc_torch_npu*.so"))
+    found = sorted(Path(build_dir).glob(product))
     if not found:
-        raise RuntimeError(f"the build finished without producing ascendc_torch_npu*.so in {build_dir}")
+        raise RuntimeError(f"the build finished without producing {product} in {build_dir}")
     return found[0]
 
 

@@ -205,3 +205,18 @@ def test_opcheck_reports_a_wrong_operator():
     with pytest.raises(OpCheckError, match="pynative") as info:
         opcheck(wrong, [(x, x)], torch.mul, gradients=False)
     assert "graph_static" in str(info.value)
+
+
+def test_bad_calls_raise_clear_errors_and_the_next_call_works(lib):
+    mul = lib.mul_custom(block_dim=8)
+    a = halves((4, 256), 12)
+    with pytest.raises(TypeError, match="MulCustom: expected 2 input"):
+        mul(ms.Tensor(a))
+    # output_like says z has x's shape; a y that broadcasts x to more rows contradicts it: an error, not a crash.
+    with pytest.raises(RuntimeError, match=r"MulCustom: aten::mul.Tensor gives output 0 as Half \[4, 256\], the "
+                                           r"operator's output is Half \[256\]"):
+        mul(ms.Tensor(a[0]), ms.Tensor(a)).asnumpy()
+    with pytest.raises(RuntimeError, match="blockDim 70000 is outside"):
+        big = halves((70000 * 16,), 13)
+        lib.mul_custom(block_dim=70000)(ms.Tensor(big), ms.Tensor(big)).asnumpy()
+    np.testing.assert_array_equal(mul(ms.Tensor(a), ms.Tensor(a)).asnumpy(), a * a)

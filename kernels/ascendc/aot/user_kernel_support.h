@@ -73,6 +73,13 @@ std::string fits(const char *name, int64_t value) {
 
 // ---- the ATen fallback --------------------------------------------------------------------------------------------
 
+inline std::string describe(const at::Tensor &t) {
+  std::string text = c10::toString(t.scalar_type());
+  text += " [";
+  for (int64_t i = 0; i < t.dim(); ++i) text += (i ? ", " : "") + std::to_string(t.size(i));
+  return text + "]";
+}
+
 // Runs `qualified` ("aten::mul.Tensor") on `inputs` (its tensor arguments in order; every other argument takes its
 // default) and copies its results into `outputs`, checking each result's shape and dtype against the buffer.
 inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &inputs,
@@ -99,7 +106,9 @@ inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &i
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor result = stack[i].toTensor();
     if (result.sizes() != outputs[i].sizes() || result.scalar_type() != outputs[i].scalar_type())
-      throw std::logic_error(full + " result " + std::to_string(i) + " does not match the output buffer");
+      throw std::invalid_argument(full + " gives output " + std::to_string(i) + " as " + describe(result) +
+                                  ", the operator's output is " + describe(outputs[i]) +
+                                  " (the shape and dtype its declaration infers: output_like, or the fallback's)");
     const_cast<at::Tensor &>(outputs[i]).copy_(result);
   }
 }

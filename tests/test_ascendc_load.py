@@ -179,11 +179,11 @@ def test_the_npu_project_is_generated_and_refuses_to_build_without_cann(lib, tmp
         "  std::printf(\"%u %u %u\\n\", bd, n, t);\n}\n")
     (tmp_path / "main.cpp").write_text(
         '#include <cstdint>\nextern "C" int mul_custom_launch(void *, void **, const int64_t *const *, '
-        "const int *, int64_t, int64_t);\n"
+        "const int *, int64_t, int64_t, const double *);\n"
         "int main() {\n  void *buffers[3] = {};\n  int64_t a[2] = {8, 512}, b[2] = {3, 5};\n"
         "  const int64_t *shapes[2] = {a, a}, *odd[2] = {b, b};\n  int ndims[2] = {2, 2};\n"
-        "  return mul_custom_launch(nullptr, buffers, shapes, ndims, 8, 196608) * 10 +\n"
-        "         mul_custom_launch(nullptr, buffers, odd, ndims, 8, 196608);\n}\n")
+        "  return mul_custom_launch(nullptr, buffers, shapes, ndims, 8, 196608, nullptr) * 10 +\n"
+        "         mul_custom_launch(nullptr, buffers, odd, ndims, 8, 196608, nullptr);\n}\n")
     binary = tmp_path / "host_launch"
     subprocess.run(["g++", "-std=c++17", f"-I{stubs}", str(lib.npu_project / "host_launch.cpp"),
                     str(tmp_path / "main.cpp"), "-o", str(binary)], check=True, capture_output=True, timeout=300)
@@ -220,3 +220,59 @@ def test_bad_calls_raise_clear_errors_and_the_next_call_works(lib):
         big = halves((70000 * 16,), 13)
         lib.mul_custom(block_dim=70000)(ms.Tensor(big), ms.Tensor(big)).asnumpy()
     np.testing.assert_array_equal(mul(ms.Tensor(a), ms.Tensor(a)).asnumpy(), a * a)
+
+
+def leaky_tiling(x, *, block_dim, ub_bytes, negative_slope):
+    n = x.numel()
+    ascendc.require(n % (16 * block_dim) == 0, "numel is not a multiple of 16 * block_dim")
+    ascendc.require(2 * (n // block_dim) * 2 <= ub_bytes, "a core's share does not fit the UB")
+    return {"totalLength": n, "negativeSlope": negative_slope}
+
+
+@pytest.fixture(scope="module")
+def leaky_lib():
+    return ascendc.load("test_ascendc_leaky", [KERNEL_SOURCE.parent / "leaky_custom.cpp"], kernels={
+        "leaky_custom": ascendc.Kernel(inputs=["x"], outputs=["y"], dtypes=["float16"],
+                                       scalars={"totalLength": "uint32", "negativeSlope": "float32"},
+                                       tiling=leaky_tiling, fallback="aten::leaky_relu",
+                                       output_like={"y": "x"}, attrs={"negative_slope": 0.01})})
+
+
+def test_an_attribute_reaches_the_kernel_the_fallback_and_torch(leaky_lib):
+    x = halves((8, 64), 14)
+    expected = np.maximum(x, x * np.float16(0.3))  # the kernel's fp16 arithmetic
+    leaky = leaky_lib.leaky_custom(negative_slope=0.3, block_dim=4)
+    for order in ORDERS:
+        rt.reset_path_counts()
+        with rt.emulator(order=order):
+            np.testing.assert_array_equal(leaky(ms.Tensor(x)).asnumpy(), expected)
+            assert torch.equal(torch.ops.test_ascendc_leaky.leaky_custom(torch.from_numpy(x), 0.3, block_dim=4),
+                               torch.from_numpy(expected))
+        assert rt.path_count("leaky_custom", "kernel") == 2
+    # The fallback gets the attribute too: aten::leaky_relu(x, negative_slope=0.3), in float32.
+    y = np.random.default_rng(15).standard_normal((3, 5)).astype(np.float32)
+    rt.reset_path_counts()
+    got = leaky(ms.Tensor(y)).asnumpy()
+    torch.testing.assert_close(torch.from_numpy(got), torch.nn.functional.leaky_relu(torch.from_numpy(y), 0.3))
+    assert rt.path_count("leaky_custom", "aten") == 1
+    # Gradients come from the fallback with the same slope, in MindSpore and in torch.
+    dx = ms.grad(lambda v: leaky(v).sum())(ms.Tensor(y)).asnumpy()
+    np.testing.assert_allclose(dx, np.where(y > 0, 1.0, 0.3), rtol=1e-6)
+    t = torch.from_numpy(y).requires_grad_()
+    torch.ops.test_ascendc_leaky.leaky_custom(t, 0.3).sum().backward()
+    torch.testing.assert_close(t.grad, torch.where(t > 0, 1.0, 0.3))
+    torch.library.opcheck(torch.ops.test_ascendc_leaky.leaky_custom.default, (torch.from_numpy(x), 0.3))
+    with pytest.raises(TypeError, match="unknown attribute"):
+        leaky_lib.leaky_custom(slope=0.3)
+
+
+def test_float_attributes_only_pass_through_the_tiling(tmp_path):
+    def computing(x, *, block_dim, ub_bytes, negative_slope):
+        return {"totalLength": x.numel(), "negativeSlope": negative_slope * 2}
+
+    kernels = {"leaky_custom": ascendc.Kernel(inputs=["x"], outputs=["y"], dtypes=["float16"],
+                                              scalars={"totalLength": "uint32", "negativeSlope": "float32"},
+                                              tiling=computing, fallback="aten::leaky_relu",
+                                              attrs={"negative_slope": 0.01})}
+    with pytest.raises(TilingError, match="can only be returned"):
+        ascendc.load("test_ascendc_leaky_computing", [KERNEL_SOURCE.parent / "leaky_custom.cpp"], kernels=kernels)

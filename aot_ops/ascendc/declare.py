@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 _DTYPES = ("float16", "float32", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "float64", "bool")
-_SCALARS = ("int32", "uint32", "int64", "uint64")
+_SCALARS = ("int32", "uint32", "int64", "uint64", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class Kernel:
       (on fake tensors) and gradients.
     - `output_like`: output name -> the input whose shape and dtype it has. Given, the shapes are inferred in C++
       (GRAPH_MODE with a dynamic batch works); omitted, from the fallback in Python (static shapes).
+    - `attrs`: the operator's attributes, name -> default (int, float or bool): `lib.<kernel>(negative_slope=0.2)`.
+      The tiling function receives them by name (ints and bools as sizes; a float only passes through to a
+      "float32"/"float64" scalar), and the fallback's argument of the same name takes the attribute's value.
     """
     inputs: Sequence[str]
     outputs: Sequence[str]
@@ -32,6 +35,7 @@ class Kernel:
     fallback: str
     scalars: Mapping[str, str] = field(default_factory=dict)
     output_like: Mapping[str, str] | None = None
+    attrs: Mapping[str, int | float | bool] = field(default_factory=dict)
 
     def checked(self, name: str) -> "Kernel":
         """Itself after checking the declaration (errors name the kernel and the field)."""
@@ -49,6 +53,11 @@ class Kernel:
         for s, t in self.scalars.items():
             if t not in _SCALARS:
                 raise ValueError(f"{name}: scalar {s!r} has type {t!r}, not one of {', '.join(_SCALARS)}")
+        for a, default in self.attrs.items():
+            if not isinstance(a, str) or not a.isidentifier() or a == "block_dim":
+                raise ValueError(f"{name}: attribute name {a!r} is not an identifier other than block_dim")
+            if not isinstance(default, (int, float, bool)):
+                raise ValueError(f"{name}: attribute {a!r} has default {default!r}: int, float or bool only")
         if not callable(self.tiling):
             raise TypeError(f"{name}: tiling must be a function (*shapes, block_dim, ub_bytes) -> dict")
         if not isinstance(self.fallback, str) or not self.fallback.startswith("aten::"):

@@ -61,26 +61,36 @@ class AscendcLibrary:
     def __repr__(self) -> str:
         return f"<aot_ops.ascendc library {self.name!r}: {', '.join(self.kernels)} in {self.path}>"
 
-    def operator(self, kernel: str, block_dim: int = 8):
-        """The MindSpore operator of `kernel`, launched on `block_dim` cores (one operator per value, cached)."""
-        key = (kernel, int(block_dim))
+    def operator(self, kernel: str, block_dim: int = 8, **attrs):
+        """The MindSpore operator of `kernel`, launched on `block_dim` cores, with the declared attributes (defaults
+        for those not given); one operator per configuration, cached."""
+        declared = self.kernels[kernel].attrs
+        unknown = sorted(set(attrs) - set(declared))
+        if unknown:
+            raise TypeError(f"{kernel}: unknown attribute(s) {', '.join(unknown)} (declared: "
+                            f"{', '.join(declared) or 'none'})")
+        values = {name: type(default)(attrs.get(name, default)) for name, default in declared.items()}
+        key = (kernel, int(block_dim), tuple(values.items()))
         made = self.__dict__.setdefault("_operators", {})
         if key not in made:
-            made[key] = _operator(self.path, self.name, kernel, self.kernels[kernel], int(block_dim))
+            made[key] = _operator(self.path, self.name, kernel, self.kernels[kernel], int(block_dim), values)
         return made[key]
 
 
-def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, block_dim: int):
+def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, block_dim: int, attrs: dict):
     """An AotOp of the generated entry point: its outputs inferred by the kernel's C++ rule (output_like) or the
-    fallback's meta inference, and the fallback's bprop (its ATen backward) as its gradient."""
+    fallback's meta inference, and the fallback's bprop (its ATen backward) as its gradient; the fallback's
+    arguments named like an attribute take its value."""
     from .. import aten
     from .._primitive import AotOp
+    from .torch_library import fallback_overload
 
-    fallback = aten.op(kernel.fallback)
+    schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
+    fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args})
     fallback = getattr(fallback, "op", fallback)  # the primitive inside an optional-inputs cell
     return AotOp(path, codegen.entry_symbol(kernel_name), infer=None if kernel.output_like else fallback.infer,
-                 attrs={"block_dim": block_dim}, bprop=fallback.bprop, num_inputs=len(kernel.inputs),
-                 identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}")
+                 attrs={"block_dim": block_dim, **attrs}, bprop=fallback.bprop, num_inputs=len(kernel.inputs),
+                 identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}:{sorted(attrs.items())!r}")
 
 
 def load(name: str, sources: Sequence[PathLike] | PathLike, kernels: Mapping[str, Kernel], *,

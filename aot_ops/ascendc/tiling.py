@@ -73,15 +73,17 @@ def where(condition, if_true, if_false):
     return if_true if condition else if_false
 
 
-def evaluate(fn: Callable, shapes: Sequence[Sequence[int]], block_dim: int, ub_bytes: int) -> dict[str, int]:
-    """Runs the tiling function on concrete shapes: its scalar arguments (and "block_dim"), or CannotTile."""
+def evaluate(fn: Callable, shapes: Sequence[Sequence[int]], block_dim: int, ub_bytes: int,
+             **attrs) -> dict[str, int | float]:
+    """Runs the tiling function on concrete shapes (and the operator's attributes, by name): its scalar arguments
+    (and "block_dim"), or CannotTile."""
     try:
-        result = fn(*(Shape(s) for s in shapes), block_dim=block_dim, ub_bytes=ub_bytes)
+        result = fn(*(Shape(s) for s in shapes), block_dim=block_dim, ub_bytes=ub_bytes, **attrs)
     except ZeroDivisionError:
         raise CannotTile("the tiling divides by zero for these shapes") from None
     if not isinstance(result, dict):
         raise TilingError(f"the tiling function returned {type(result).__name__}, not a dict of kernel arguments")
-    return {name: int(value) for name, value in result.items()}
+    return {name: value if isinstance(value, float) else int(value) for name, value in result.items()}
 
 
 # ---- tracing ------------------------------------------------------------------------------------------------------
@@ -162,6 +164,8 @@ class Expr:
             return f"numel(s[{args[0]}])"
         if op == "setting":
             return args[0]
+        if op == "attr":
+            return f"static_cast<int64_t>(attrs[{args[0]}])"
         if op in _BINARY:
             return f"({args[0].cpp()} {_BINARY[op]} {args[1].cpp()})"
         if op in ("floordiv", "mod", "min", "max"):
@@ -200,6 +204,24 @@ class SymbolicShape:
                           "shape.numel(), shape[i] and shape.rank")
 
 
+class FloatAttr:
+    """A float attribute of the operator during tracing: passed through to a float scalar of the kernel as it is
+    (the kernel computes with it; the tiling does integer arithmetic only)."""
+
+    def __init__(self, index: int, name: str):
+        self.index, self.name = index, name
+
+    def cpp(self) -> str:
+        return f"attrs[{self.index}]"
+
+    def _refuse(self, *args):
+        raise TilingError(f"float attribute {self.name!r} can only be returned as a float scalar of the kernel, "
+                          "not computed with in the tiling")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __floordiv__ = __mod__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse
+
+
 @dataclass
 class _Trace:
     steps: list = field(default_factory=list)
@@ -221,9 +243,14 @@ class CompiledTiling:
     body: str
 
 
-def compile_tiling(fn: Callable, num_inputs: int, scalar_names: Sequence[str], kernel: str) -> CompiledTiling:
-    """Traces `fn` on symbolic shapes and writes it as the body of a C++ function
-    `std::string tile(const Shapes &s, int64_t block_dim, int64_t ub_bytes, int64_t *args)`."""
+def compile_tiling(fn: Callable, num_inputs: int, scalars: dict[str, str], kernel: str,
+                   attrs: dict | None = None) -> CompiledTiling:
+    """Traces `fn` on symbolic shapes and writes it as the body of a C++ function `std::string tile(const Shapes
+    &s, int64_t block_dim, int64_t ub_bytes, const double *attrs, int64_t *args, double *fargs)`: integer scalars
+    go to args[], float ones ("float32"/"float64") to fargs[], at their index in block_dim + `scalars`. The
+    operator's attributes reach `fn` by name: ints and bools as sizes, floats to be passed through."""
+    attrs = dict(attrs or {})
+    scalar_names = list(scalars)
     params = inspect.signature(fn).parameters
     for needed in ("block_dim", "ub_bytes"):
         if needed not in params:
@@ -232,8 +259,10 @@ def compile_tiling(fn: Callable, num_inputs: int, scalar_names: Sequence[str], k
     trace = _Trace()
     _TRACES.append(trace)
     try:
+        traced_attrs = {name: FloatAttr(i, name) if isinstance(default, float) else Expr("attr", (i,))
+                        for i, (name, default) in enumerate(attrs.items())}
         result = fn(*(SymbolicShape(i) for i in range(num_inputs)), block_dim=Expr("setting", ("block_dim",)),
-                    ub_bytes=Expr("setting", ("ub_bytes",)))
+                    ub_bytes=Expr("setting", ("ub_bytes",)), **traced_attrs)
     except TilingError as exc:
         raise TilingError(f"{kernel}: {exc}") from None
     finally:
@@ -250,9 +279,20 @@ def compile_tiling(fn: Callable, num_inputs: int, scalar_names: Sequence[str], k
     for _, condition, reason in trace.steps:
         lines.append(f"  if (!({condition.cpp()})) return {_cpp_string(reason)};")
     names = ["block_dim", *scalar_names]
-    values = {"block_dim": Expr("setting", ("block_dim",)), **{k: Expr.wrap(v) for k, v in result.items()}}
+    values = {"block_dim": Expr("setting", ("block_dim",)), **result}
     for i, name in enumerate(names):
-        lines.append(f"  args[{i}] = {values[name].cpp()};  // {name}")
+        value = values[name]
+        if name != "block_dim" and scalars[name].startswith("float"):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                lines.append(f"  fargs[{i}] = {float(value)!r};  // {name}")
+            elif isinstance(value, FloatAttr):
+                lines.append(f"  fargs[{i}] = {value.cpp()};  // {name}")
+            else:
+                raise TilingError(f"{kernel}: float scalar {name!r} must be a float attribute or a constant")
+        else:
+            if isinstance(value, FloatAttr):
+                raise TilingError(f"{kernel}: integer scalar {name!r} cannot take float attribute {value.name!r}")
+            lines.append(f"  args[{i}] = {Expr.wrap(value).cpp()};  // {name}")
     return CompiledTiling(names, "\n".join(lines))
 
 

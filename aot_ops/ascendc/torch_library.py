@@ -38,21 +38,36 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
     qualified = f"{lib.name}::{kernel_name}"
     n_in, n_out = len(kernel.inputs), len(kernel.outputs)
     returns = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
-    fragment.define(f"{kernel_name}({', '.join(f'Tensor {i}' for i in kernel.inputs)}, int block_dim=8) -> {returns}")
+    from .codegen import _attr_kind
+
+    attr_params = "".join(f", {_attr_kind(d)[1]} {a}={d!r}" for a, d in kernel.attrs.items())
+    fragment.define(f"{kernel_name}({', '.join(f'Tensor {i}' for i in kernel.inputs)}{attr_params}, int block_dim=8) "
+                    f"-> {returns}")
+    attr_names = list(kernel.attrs)
+    schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
     fallback = fallback_overload(kernel.fallback)
     entry = getattr(open_library(lib.path), codegen.torch_symbol(kernel_name))
 
-    def outputs_like_fallback(tensors):
-        out = fallback(*tensors)
+    def split(args, kwargs):
+        """(tensors, attribute values by name, block_dim) of a call: torch passes the non-tensor arguments the
+        caller gave positionally and leaves out those that took their default."""
+        rest = list(args[n_in:])
+        values = {}
+        for name in attr_names:
+            values[name] = rest.pop(0) if rest else kwargs.get(name, kernel.attrs[name])
+        block_dim = rest.pop(0) if rest else kwargs.get("block_dim", 8)
+        return list(args[:n_in]), values, block_dim
+
+    def outputs_like_fallback(tensors, values):
+        out = fallback(*tensors, **{k: v for k, v in values.items() if k in schema_args})
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def cpu(*args, block_dim=8):
-        # torch passes block_dim positionally when the caller gave it, not at all when it took the default
-        tensors, block_dim = list(args[:n_in]), args[n_in] if len(args) > n_in else block_dim
+    def cpu(*args, **kwargs):
+        tensors, values, block_dim = split(args, kwargs)
         for t in tensors:
             if t.device.type != "cpu":
                 raise ValueError(f"{qualified}: the Ascend C emulator runs on CPU tensors, got one on {t.device}")
-        meta = outputs_like_fallback([t.to("meta") for t in tensors])
+        meta = outputs_like_fallback([t.to("meta") for t in tensors], values)
         tensors = [t.contiguous() for t in tensors]
         outputs = [torch.empty(m.shape, dtype=m.dtype) for m in meta]
         everything = tensors + outputs
@@ -62,29 +77,32 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
             *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in shape_arrays])
         ndims = (ctypes.c_int * len(everything))(*[t.dim() for t in everything])
         dtypes = (ctypes.c_char_p * len(everything))(*[checked_ms_name(t.dtype).encode() for t in everything])
-        if entry(buffers, shapes, ndims, dtypes, ctypes.c_int64(block_dim)) != 0:
+        attrs = (ctypes.c_double * max(len(values), 1))(*[float(v) for v in values.values()])
+        if entry(buffers, shapes, ndims, dtypes, ctypes.c_int64(block_dim), attrs) != 0:
             raise RuntimeError(last_error(open_library(lib.path)))
         return outputs[0] if n_out == 1 else tuple(outputs)
 
-    def fake(*args, block_dim=8):
+    def fake(*args, **kwargs):
+        tensors, values, _ = split(args, kwargs)
         out = [torch.empty_like(t, memory_format=torch.contiguous_format)
-               for t in outputs_like_fallback(list(args[:n_in]))]
+               for t in outputs_like_fallback(tensors, values)]
         return out[0] if n_out == 1 else tuple(out)
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:n_in])
+        ctx.values = split(inputs, {})[1]
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_(t.is_floating_point() or t.is_complex()) for t in saved]
-            outs = outputs_like_fallback(leaves)
+            outs = outputs_like_fallback(leaves, ctx.values)
             wrt = [t for t in leaves if t.requires_grad]
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
             found = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
                          if pairs and wrt else [])
         result = [next(found, None) if t.requires_grad else None for t in leaves]
-        return (*result, None)
+        return (*result, *([None] * (len(attr_names) + 1)))
 
     torch.library.impl(qualified, "cpu", lib=fragment)(cpu)
     torch.library.register_fake(qualified, lib=fragment)(fake)

@@ -80,10 +80,11 @@ inline std::string describe(const at::Tensor &t) {
   return text + "]";
 }
 
-// Runs `qualified` ("aten::mul.Tensor") on `inputs` (its tensor arguments in order; every other argument takes its
-// default) and copies its results into `outputs`, checking each result's shape and dtype against the buffer.
+// Runs `qualified` ("aten::mul.Tensor") on `inputs` (its tensor arguments in order; another argument takes the value
+// `named` gives it, else its default) and copies its results into `outputs`, checking each result's shape and dtype against the buffer.
 inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &inputs,
-                         const std::vector<at::Tensor> &outputs) {
+                         const std::vector<at::Tensor> &outputs,
+                         const std::vector<std::pair<std::string, c10::IValue>> &named = {}) {
   const std::string full(qualified);
   const size_t dot = full.find('.', full.find("::") + 2);
   const std::string name = full.substr(0, dot), overload = dot == std::string::npos ? "" : full.substr(dot + 1);
@@ -91,8 +92,11 @@ inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &i
   torch::jit::Stack stack;
   size_t next = 0;
   for (const c10::Argument &arg : op.schema().arguments()) {
+    auto bound = std::find_if(named.begin(), named.end(), [&](const auto &n) { return n.first == arg.name(); });
     if (arg.type()->kind() == c10::TypeKind::TensorType && next < inputs.size()) {
       stack.emplace_back(inputs[next++]);
+    } else if (bound != named.end()) {
+      stack.push_back(bound->second);
     } else if (arg.default_value().has_value()) {
       stack.push_back(*arg.default_value());
     } else {

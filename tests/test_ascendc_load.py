@@ -276,3 +276,32 @@ def test_float_attributes_only_pass_through_the_tiling(tmp_path):
                                               attrs={"negative_slope": 0.01})}
     with pytest.raises(TilingError, match="can only be returned"):
         ascendc.load("test_ascendc_leaky_computing", [KERNEL_SOURCE.parent / "leaky_custom.cpp"], kernels=kernels)
+
+
+def test_fallback_arguments_given_as_constants():
+    def quarter_tiling(x, *, block_dim, ub_bytes):
+        n = x.numel()
+        ascendc.require(n % (16 * block_dim) == 0, "numel is not a multiple of 16 * block_dim")
+        ascendc.require(2 * (n // block_dim) * 2 <= ub_bytes, "a core's share does not fit the UB")
+        return {"totalLength": n, "negativeSlope": 0.25}
+
+    lib = ascendc.load("test_ascendc_quarter", [KERNEL_SOURCE.parent / "leaky_custom.cpp"], kernels={
+        "leaky_custom": ascendc.Kernel(inputs=["x"], outputs=["y"], dtypes=["float16"],
+                                       scalars={"totalLength": "uint32", "negativeSlope": "float32"},
+                                       tiling=quarter_tiling, fallback="aten::leaky_relu",
+                                       fallback_args={"negative_slope": 0.25})})
+    op = lib.leaky_custom(block_dim=2)
+    x = halves((4, 32), 16)
+    rt.reset_path_counts()
+    np.testing.assert_array_equal(op(ms.Tensor(x)).asnumpy(), np.maximum(x, x * np.float16(0.25)))
+    y = np.random.default_rng(17).standard_normal((3, 5)).astype(np.float32)  # the fallback, with the constant
+    expected = torch.nn.functional.leaky_relu(torch.from_numpy(y), 0.25)
+    torch.testing.assert_close(torch.from_numpy(op(ms.Tensor(y)).asnumpy()), expected)
+    torch.testing.assert_close(torch.ops.test_ascendc_quarter.leaky_custom(torch.from_numpy(y)), expected)
+    assert rt.path_count("leaky_custom", "kernel") == 1 and rt.path_count("leaky_custom", "aten") == 2
+    with pytest.raises(ValueError, match="has no argument slope"):
+        ascendc.load("test_ascendc_quarter", [KERNEL_SOURCE.parent / "leaky_custom.cpp"], kernels={
+            "leaky_custom": ascendc.Kernel(inputs=["x"], outputs=["y"], dtypes=["float16"],
+                                           scalars={"totalLength": "uint32", "negativeSlope": "float32"},
+                                           tiling=quarter_tiling, fallback="aten::leaky_relu",
+                                           fallback_args={"slope": 0.25})})

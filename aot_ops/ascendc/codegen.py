@@ -70,8 +70,12 @@ def _emulator_part(name: str, kernel: Kernel, tiling: CompiledTiling) -> str:
     from .torch_library import fallback_overload
 
     schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
-    bound = ", ".join(f'{{"{a}", c10::IValue(static_cast<{_attr_kind(d)[0]}>(attrs[{i}]))}}'
-                      for i, (a, d) in enumerate(kernel.attrs.items()) if a in schema_args)
+    missing = sorted(set(kernel.fallback_args) - schema_args)
+    if missing:
+        raise ValueError(f"{name}: {kernel.fallback} has no argument {', '.join(missing)} (fallback_args)")
+    bound = ", ".join([f'{{"{a}", c10::IValue(static_cast<{_attr_kind(d)[0]}>(attrs[{i}]))}}'
+                       for i, (a, d) in enumerate(kernel.attrs.items()) if a in schema_args] +
+                      [f'{{"{a}", c10::IValue({_ivalue_literal(v)})}}' for a, v in kernel.fallback_args.items()])
     return f"""{_tiling_function(name, kernel, tiling)}
 // {name} on the emulator where the dtypes and the tiling allow it, {kernel.fallback} otherwise.
 void run_{name}(const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs, int64_t block_dim,
@@ -143,6 +147,12 @@ extern "C" MS_EXT_EXPORT int {torch_symbol(name)}(void **buffers, const int64_t 
   }});
 }}
 """
+
+
+def _ivalue_literal(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "std::vector<int64_t>{" + ", ".join(str(int(v)) for v in value) + "}"
+    return _cpp_literal(value)
 
 
 def _cpp_literal(value) -> str:

@@ -27,6 +27,8 @@ class Kernel:
     - `attrs`: the operator's attributes, name -> default (int, float or bool): `lib.<kernel>(negative_slope=0.2)`.
       The tiling function receives them by name (ints and bools as sizes; a float only passes through to a
       "float32"/"float64" scalar), and the fallback's argument of the same name takes the attribute's value.
+    - `fallback_args`: constant values of other non-tensor arguments of the fallback ({"dim": -1} for
+      "aten::softmax.int"); the rest take their defaults.
     """
     inputs: Sequence[str]
     outputs: Sequence[str]
@@ -36,6 +38,7 @@ class Kernel:
     scalars: Mapping[str, str] = field(default_factory=dict)
     output_like: Mapping[str, str] | None = None
     attrs: Mapping[str, int | float | bool] = field(default_factory=dict)
+    fallback_args: Mapping[str, int | float | bool | Sequence[int]] = field(default_factory=dict)
 
     def checked(self, name: str) -> "Kernel":
         """Itself after checking the declaration (errors name the kernel and the field)."""
@@ -58,6 +61,13 @@ class Kernel:
                 raise ValueError(f"{name}: attribute name {a!r} is not an identifier other than block_dim")
             if not isinstance(default, (int, float, bool)):
                 raise ValueError(f"{name}: attribute {a!r} has default {default!r}: int, float or bool only")
+        for a, value in self.fallback_args.items():
+            if a in self.attrs:
+                raise ValueError(f"{name}: fallback argument {a!r} is also an attribute (which already binds it)")
+            ok = isinstance(value, (int, float, bool)) or (
+                isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
+            if not ok:
+                raise ValueError(f"{name}: fallback argument {a!r} = {value!r}: int, float, bool or a list of ints")
         if not callable(self.tiling):
             raise TypeError(f"{name}: tiling must be a function (*shapes, block_dim, ub_bytes) -> dict")
         if not isinstance(self.fallback, str) or not self.fallback.startswith("aten::"):

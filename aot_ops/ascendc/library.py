@@ -86,7 +86,8 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     from .torch_library import fallback_overload
 
     schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
-    fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args})
+    fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
+                       **kernel.fallback_args)
     fallback = getattr(fallback, "op", fallback)  # the primitive inside an optional-inputs cell
     return AotOp(path, codegen.entry_symbol(kernel_name), infer=None if kernel.output_like else fallback.infer,
                  attrs={"block_dim": block_dim, **attrs}, bprop=fallback.bprop, num_inputs=len(kernel.inputs),

@@ -59,7 +59,7 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
         return list(args[:n_in]), values, block_dim
 
     def outputs_like_fallback(tensors, values):
-        out = fallback(*tensors, **{k: v for k, v in values.items() if k in schema_args})
+        out = fallback(*tensors, **{k: v for k, v in values.items() if k in schema_args}, **kernel.fallback_args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def cpu(*args, **kwargs):

@@ -106,13 +106,19 @@ def load(name: str, sources: Sequence[PathLike] | PathLike, *, extra_cflags: Seq
         lib = aot_ops.load("my_ops", ["my_ops.cpp"], extra_cflags=["-DUSE_FAST_PATH"])
         op = lib.op("MyLeakyRelu", attrs={"negative_slope": 0.2})
     """
+    paths = resolve_sources(sources, f"aot_ops.load({name!r})")
+    return _load(name, paths, {}, extra_cflags, extra_ldflags, extra_include_paths, with_torch, verbose)
+
+
+def resolve_sources(sources: Sequence[PathLike] | PathLike, caller: str) -> list[Path]:
+    """One source or a list of them, as absolute paths of existing files (FileNotFoundError naming `caller`)."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     paths = [Path(s).resolve() for s in sources]
     for path in paths:
         if not path.is_file():
-            raise FileNotFoundError(f"aot_ops.load({name!r}): source {path} does not exist")
-    return _load(name, paths, {}, extra_cflags, extra_ldflags, extra_include_paths, with_torch, verbose)
+            raise FileNotFoundError(f"{caller}: source {path} does not exist")
+    return paths
 
 
 def load_inline(name: str, cpp_source: str, *, cuda_source: str | None = None, extra_cflags: Sequence[str] = (),

@@ -6,8 +6,8 @@ Generated text only: compiling is the builder's job (aot_ops.load), loading is l
 """
 from __future__ import annotations
 
-from .declare import Kernel
-from .tiling import CompiledTiling, compile_tiling
+from .declare import Kernel, attr_kind
+from .tiling import CompiledTiling, compile_tiling, cpp_string
 
 # C types a kernel's scalar parameters may have, by the names a declaration uses.
 SCALAR_TYPES = {"int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t",
@@ -26,6 +26,7 @@ def torch_symbol(kernel: str) -> str:
 
 
 def tilings(kernels: dict[str, Kernel]) -> dict[str, CompiledTiling]:
+    """Every kernel's tiling function, traced once (library_source and npu_files share the result)."""
     return {name: compile_tiling(k.tiling, len(k.inputs), dict(k.scalars), name, dict(k.attrs))
             for name, k in kernels.items()}
 
@@ -34,13 +35,6 @@ def _scalar_arguments(kernel: Kernel) -> str:
     """The kernel call's scalar arguments after its GM addresses: integers from args[], floats from fargs[]."""
     return "".join(f", static_cast<{SCALAR_TYPES[t]}>({'fargs' if t.startswith('float') else 'args'}[{i + 1}])"
                    for i, t in enumerate(kernel.scalars.values()))
-
-
-def _attr_kind(default) -> tuple[str, str]:
-    """(C++ type for ms_ext::Attrs, torch schema type) of an attribute, from its default."""
-    if isinstance(default, bool):
-        return "bool", "bool"
-    return ("int64_t", "int") if isinstance(default, int) else ("double", "float")
 
 
 def _tiling_function(name: str, kernel: Kernel, tiling: CompiledTiling) -> str:
@@ -62,31 +56,32 @@ std::string tile_{name}(const Shapes &s, int64_t block_dim, int64_t ub_bytes, co
 
 def _emulator_part(name: str, kernel: Kernel, tiling: CompiledTiling) -> str:
     n_in, n_out = len(kernel.inputs), len(kernel.outputs)
-    dtypes = " || ".join(f't.scalar_type() == at::ScalarType::{_at_type(d)}' for d in kernel.dtypes)
+    dtypes = ", ".join(f'ms_ext::scalar_type_from_ms("{d}")' for d in kernel.dtypes)
     fits = "\n".join(f'  if (unmet.empty()) unmet = fits<{SCALAR_TYPES[t]}>("{n}", args[{i + 1}]);'
                      for i, (n, t) in enumerate(kernel.scalars.items()) if not t.startswith("float"))
     gm_args = ", ".join([f"gm(inputs[{i}])" for i in range(n_in)] + [f"gm(outputs[{i}])" for i in range(n_out)])
     # The fallback's arguments named like an attribute take its value.
-    from .torch_library import fallback_overload
+    from .torch_library import fallback_argument_names
 
-    schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
+    schema_args = fallback_argument_names(kernel.fallback)
     missing = sorted(set(kernel.fallback_args) - schema_args)
     if missing:
         raise ValueError(f"{name}: {kernel.fallback} has no argument {', '.join(missing)} (fallback_args)")
-    bound = ", ".join([f'{{"{a}", c10::IValue(static_cast<{_attr_kind(d)[0]}>(attrs[{i}]))}}'
+    bound = ", ".join([f'{{"{a}", c10::IValue(static_cast<{attr_kind(d)[0]}>(attrs[{i}]))}}'
                        for i, (a, d) in enumerate(kernel.attrs.items()) if a in schema_args] +
                       [f'{{"{a}", c10::IValue({_ivalue_literal(v)})}}' for a, v in kernel.fallback_args.items()])
     return f"""{_tiling_function(name, kernel, tiling)}
 // {name} on the emulator where the dtypes and the tiling allow it, {kernel.fallback} otherwise.
 void run_{name}(const std::vector<at::Tensor> &inputs, const std::vector<at::Tensor> &outputs, int64_t block_dim,
               const double *attrs) {{
+  static const std::vector<at::ScalarType> kernel_dtypes{{{dtypes}}};
   std::string unmet;
   Shapes shapes;
   for (const at::Tensor &t : inputs) shapes.emplace_back(t.sizes().begin(), t.sizes().end());
   for (const std::vector<at::Tensor> *group : {{&inputs, &outputs}})
     for (const at::Tensor &t : *group) {{
       if (!unmet.empty()) break;
-      if (!({dtypes})) unmet = std::string("dtype ") + c10::toString(t.scalar_type()) + " is not one the kernel runs";
+      if (std::find(kernel_dtypes.begin(), kernel_dtypes.end(), t.scalar_type()) == kernel_dtypes.end()) unmet = std::string("dtype ") + c10::toString(t.scalar_type()) + " is not one the kernel runs";
       else if (!t.is_contiguous()) unmet = "a tensor is not contiguous";
     }}
   const ascendc_emu::LaunchOptions options = runtime().launch_options();
@@ -117,8 +112,8 @@ def _aot_entry(name: str, kernel: Kernel) -> str:
                  f"\n        .types([](const ms_ext::TypeArgs &a) {{ return std::vector<at::ScalarType>{{{types}}}; }})")
     inputs = ", ".join(f"call.input({i})" for i in range(n_in))
     outputs = ", ".join(f"call.output({i})" for i in range(n_out))
-    attrs = "".join(f'.attr<{_attr_kind(d)[0]}>("{a}")' for a, d in kernel.attrs.items())
-    reads = "".join(f'\n    attrs[{i}] = static_cast<double>(a.get<{_attr_kind(d)[0]}>("{n}", {_cpp_literal(d)}));'
+    attrs = "".join(f'.attr<{attr_kind(d)[0]}>("{a}")' for a, d in kernel.attrs.items())
+    reads = "".join(f'\n    attrs[{i}] = static_cast<double>(a.get<{attr_kind(d)[0]}>("{n}", {_cpp_literal(d)}));'
                     for i, (n, d) in enumerate(kernel.attrs.items()))
     return f"""
 // The attributes of {symbol}, read once per kernel: block_dim, and attrs[] in declaration order.
@@ -169,17 +164,9 @@ def _kernel_declaration(name: str, kernel: Kernel) -> str:
     return f'extern "C" void {name}({params});\n'
 
 
-def _at_type(dtype: str) -> str:
-    import torch
-
-    return {torch.float16: "Half", torch.float32: "Float", torch.bfloat16: "BFloat16", torch.int8: "Char",
-            torch.int16: "Short", torch.int32: "Int", torch.int64: "Long", torch.uint8: "Byte",
-            torch.float64: "Double", torch.bool: "Bool"}[getattr(torch, dtype)]
-
-
-def library_source(name: str, kernels: dict[str, Kernel], runtime_library: str) -> str:
+def library_source(name: str, kernels: dict[str, Kernel], compiled: dict[str, CompiledTiling],
+                   runtime_library: str) -> str:
     """The C++ of the emulator build: every kernel's launch, MindSpore entry and torch entry."""
-    compiled = tilings(kernels)
     parts = [HEADER.format(name=name), f"""#include <ATen/ops/from_blob.h>
 #include <ms_ext/ms_ext.h>
 #include <ms_ext/dtypes.h>
@@ -195,7 +182,7 @@ namespace {{
 using namespace ascendc_user;
 
 const BundledRuntime &runtime() {{
-  static const BundledRuntime instance({_c_string(runtime_library)});
+  static const BundledRuntime instance({cpp_string(runtime_library)});
   return instance;
 }}
 
@@ -215,10 +202,10 @@ at::Tensor view(void *data, const int64_t *shape, int ndim, const char *dtype) {
 
 # ---- the real-NPU project --------------------------------------------------------------------------------------
 
-def npu_files(name: str, kernels: dict[str, Kernel], sources: list[str]) -> dict[str, str]:
+def npu_files(name: str, kernels: dict[str, Kernel], compiled: dict[str, CompiledTiling],
+              sources: list[str]) -> dict[str, str]:
     """CMakeLists.txt and host_launch.cpp of the CANN build: ascendc_library compiles the same kernel sources for
     the AI core, and each host launch runs the same compiled tiling, then ACLRT_LAUNCH_KERNEL."""
-    compiled = tilings(kernels)
     cmake = f"""# Generated by aot_ops.ascendc.load for library {name}: the CANN build of its kernels for a real NPU.
 #   python -m aot_ops.ascendc.npu --project <this folder>      (refuses to start without CANN)
 cmake_minimum_required(VERSION 3.16)
@@ -274,6 +261,3 @@ using namespace ascendc_tiling_support;
     support = (source_dir("kernels") / "ascendc" / "aot" / "tiling_support.h").read_text()
     return {"CMakeLists.txt": cmake, "host_launch.cpp": host, "tiling_support.h": support}
 
-
-def _c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

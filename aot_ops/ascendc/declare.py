@@ -5,8 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-_DTYPES = ("float16", "float32", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "float64", "bool")
 _SCALARS = ("int32", "uint32", "int64", "uint64", "float32", "float64")
+
+
+def attr_kind(default) -> tuple[str, str]:
+    """(C++ type for ms_ext::Attrs, torch schema type) of an attribute, from its default."""
+    if isinstance(default, bool):
+        return "bool", "bool"
+    return ("int64_t", "int") if isinstance(default, int) else ("double", "float")
 
 
 @dataclass(frozen=True)
@@ -50,9 +56,11 @@ class Kernel:
                     raise ValueError(f"{name}: {what} entry {n!r} is not an identifier")
         if not self.inputs or not self.outputs:
             raise ValueError(f"{name}: a kernel needs at least one input and one output")
+        from .._dtypes import NAMES  # the one dtype table (MindSpore's names, also ms_ext's)
+
         for d in self.dtypes:
-            if d not in _DTYPES:
-                raise ValueError(f"{name}: dtype {d!r} is not one of {', '.join(_DTYPES)}")
+            if d not in NAMES:
+                raise ValueError(f"{name}: dtype {d!r} is not one of {', '.join(NAMES)}")
         for s, t in self.scalars.items():
             if t not in _SCALARS:
                 raise ValueError(f"{name}: scalar {s!r} has type {t!r}, not one of {', '.join(_SCALARS)}")

@@ -83,9 +83,9 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     arguments named like an attribute take its value."""
     from .. import aten
     from .._primitive import AotOp
-    from .torch_library import fallback_overload
+    from .torch_library import fallback_argument_names
 
-    schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
+    schema_args = fallback_argument_names(kernel.fallback)
     fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
                        **kernel.fallback_args)
     fallback = getattr(fallback, "op", fallback)  # the primitive inside an optional-inputs cell
@@ -98,23 +98,19 @@ def load(name: str, sources: Sequence[PathLike] | PathLike, kernels: Mapping[str
          extra_cflags: Sequence[str] = (), verbose: bool = False) -> AscendcLibrary:
     """Builds (or takes from the cache) the library `name` of the Ascend C kernels in `sources`, declared in
     `kernels`, and registers its torch operators under torch.ops.<name>. See the module docstring."""
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]
-    paths = [Path(s).resolve() for s in sources]
-    for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"aot_ops.ascendc.load({name!r}): source {path} does not exist")
+    paths = _library.resolve_sources(sources, f"aot_ops.ascendc.load({name!r})")
     kernels = {k: v.checked(k) for k, v in kernels.items()}
     if not kernels:
         raise ValueError(f"aot_ops.ascendc.load({name!r}): declare at least one kernel")
     generated = cache.name_dir(name) / "generated" / f"{name}_ascendc_entries.cpp"
-    text = codegen.library_source(name, kernels, str(library_path("ascendc")))
+    compiled = codegen.tilings(kernels)
+    text = codegen.library_source(name, kernels, compiled, str(library_path("ascendc")))
     emulator = source_dir("kernels") / "ascendc"
     include_paths = [emulator / "emulator", emulator / "aot", *sorted({p.parent for p in paths})]
     built = _library._load(name, [*paths, generated], {generated: text}, list(extra_cflags), [], include_paths,
                            True, verbose)
     npu = cache.name_dir(name) / "npu"
-    for file_name, content in codegen.npu_files(name, kernels, [str(p) for p in paths]).items():
+    for file_name, content in codegen.npu_files(name, kernels, compiled, [str(p) for p in paths]).items():
         _library._write_if_changed(npu / file_name, content)
     lib = AscendcLibrary(name, built, kernels, npu)
     from .torch_library import register

@@ -277,7 +277,7 @@ def compile_tiling(fn: Callable, num_inputs: int, scalars: dict[str, str], kerne
                           f"{list(scalar_names)} (and optionally block_dim)")
     lines = []
     for _, condition, reason in trace.steps:
-        lines.append(f"  if (!({condition.cpp()})) return {_cpp_string(reason)};")
+        lines.append(f"  if (!({condition.cpp()})) return {cpp_string(reason)};")
     names = ["block_dim", *scalar_names]
     values = {"block_dim": Expr("setting", ("block_dim",)), **result}
     for i, name in enumerate(names):
@@ -296,6 +296,7 @@ def compile_tiling(fn: Callable, num_inputs: int, scalars: dict[str, str], kerne
     return CompiledTiling(names, "\n".join(lines))
 
 
-def _cpp_string(text: str) -> str:
+def cpp_string(text: str) -> str:
+    """`text` as a C++ string literal."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'

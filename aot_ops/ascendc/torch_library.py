@@ -11,6 +11,7 @@ import torch
 from .._clib import last_error, open_library
 from .._dtypes import checked_ms_name
 from . import codegen
+from .declare import attr_kind
 
 # One torch.library fragment per namespace: loading a library again in the same process (its sources changed)
 # replaces the previous definitions.
@@ -18,10 +19,16 @@ _FRAGMENTS: dict[str, torch.library.Library] = {}
 
 
 def fallback_overload(qualified: str) -> torch._ops.OpOverload:
-    """torch.ops.aten.mul.Tensor for "aten::mul.Tensor"."""
-    namespace, rest = qualified.split("::", 1)
-    name, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    """torch.ops.aten.mul.Tensor for "aten::mul.Tensor", the default overload for "aten::leaky_relu" (the names
+    aten.op reads, with its errors)."""
+    from .._aten.schema import overload_for, packet_for
+
+    return overload_for(qualified) or packet_for(qualified).default
+
+
+def fallback_argument_names(qualified: str) -> set[str]:
+    """The names of the fallback's arguments: an attribute of the same name, or a fallback_args entry, binds one."""
+    return {a.name for a in fallback_overload(qualified)._schema.arguments}
 
 
 def register(lib) -> None:
@@ -38,13 +45,11 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
     qualified = f"{lib.name}::{kernel_name}"
     n_in, n_out = len(kernel.inputs), len(kernel.outputs)
     returns = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
-    from .codegen import _attr_kind
-
-    attr_params = "".join(f", {_attr_kind(d)[1]} {a}={d!r}" for a, d in kernel.attrs.items())
+    attr_params = "".join(f", {attr_kind(d)[1]} {a}={d!r}" for a, d in kernel.attrs.items())
     fragment.define(f"{kernel_name}({', '.join(f'Tensor {i}' for i in kernel.inputs)}{attr_params}, int block_dim=8) "
                     f"-> {returns}")
     attr_names = list(kernel.attrs)
-    schema_args = {a.name for a in fallback_overload(kernel.fallback)._schema.arguments}
+    schema_args = fallback_argument_names(kernel.fallback)
     fallback = fallback_overload(kernel.fallback)
     entry = getattr(open_library(lib.path), codegen.torch_symbol(kernel_name))
 

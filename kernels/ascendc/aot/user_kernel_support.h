@@ -39,10 +39,7 @@ class BundledRuntime {
 
   ascendc_emu::LaunchOptions launch_options() const {
     ascendc_emu::LaunchOptions options;
-    const std::string order = order_();
-    options.order = order == "reversed" ? ascendc_emu::CoreOrder::kReversed
-                    : order == "threads" ? ascendc_emu::CoreOrder::kThreads
-                                         : ascendc_emu::CoreOrder::kInOrder;
+    ascendc_emu::parse_core_order(order_(), &options.order);  // the bundled library only holds valid names
     options.ub_bytes = static_cast<size_t>(ub_bytes_());
     return options;
   }

@@ -1,6 +1,5 @@
 #include "emulator_settings.h"
 
-#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -13,13 +12,7 @@ ascendc_emu::LaunchOptions options;
 
 extern "C" int ascendc_emulator_configure(const char *order, int64_t ub_bytes) {
   ascendc_emu::CoreOrder parsed;
-  if (order != nullptr && std::strcmp(order, "in_order") == 0) {
-    parsed = ascendc_emu::CoreOrder::kInOrder;
-  } else if (order != nullptr && std::strcmp(order, "reversed") == 0) {
-    parsed = ascendc_emu::CoreOrder::kReversed;
-  } else if (order != nullptr && std::strcmp(order, "threads") == 0) {
-    parsed = ascendc_emu::CoreOrder::kThreads;
-  } else {
+  if (!ascendc_emu::parse_core_order(order, &parsed)) {
     ms_ext_set_last_error((std::string("unknown core order '") + (order ? order : "(null)") +
                            "' (expected in_order, reversed or threads)").c_str());
     return -1;

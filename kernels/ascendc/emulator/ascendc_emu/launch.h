@@ -91,6 +91,17 @@ inline const char *core_order_name(CoreOrder order) {
   return "?";
 }
 
+// The order named `name` (core_order_name's names); false, leaving `order` as it was, for any other name.
+inline bool parse_core_order(const char *name, CoreOrder *order) {
+  for (CoreOrder candidate : {CoreOrder::kInOrder, CoreOrder::kReversed, CoreOrder::kThreads}) {
+    if (name != nullptr && std::string(name) == core_order_name(candidate)) {
+      *order = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Runs `kernel_fn(args...)` once per core. Throws AscendcEmulatorError for the first invariant broken (with
 // threads: the error of the lowest-numbered failing core, after every thread has joined).
 template <typename... Params, typename... Args>

@@ -6,7 +6,7 @@ Generated text only: compiling is the builder's job (aot_ops.load), loading is l
 """
 from __future__ import annotations
 
-from .declare import Kernel, attr_kind
+from .declare import Kernel, attr_kind, fallback_argument_names
 from .tiling import CompiledTiling, compile_tiling, cpp_string
 
 # C types a kernel's scalar parameters may have, by the names a declaration uses.
@@ -61,8 +61,6 @@ def _emulator_part(name: str, kernel: Kernel, tiling: CompiledTiling) -> str:
                      for i, (n, t) in enumerate(kernel.scalars.items()) if not t.startswith("float"))
     gm_args = ", ".join([f"gm(inputs[{i}])" for i in range(n_in)] + [f"gm(outputs[{i}])" for i in range(n_out)])
     # The fallback's arguments named like an attribute take its value.
-    from .torch_library import fallback_argument_names
-
     schema_args = fallback_argument_names(kernel.fallback)
     missing = sorted(set(kernel.fallback_args) - schema_args)
     if missing:

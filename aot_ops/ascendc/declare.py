@@ -8,6 +8,19 @@ from typing import Callable, Mapping, Sequence
 _SCALARS = ("int32", "uint32", "int64", "uint64", "float32", "float64")
 
 
+def fallback_overload(qualified: str):
+    """torch.ops.aten.mul.Tensor for "aten::mul.Tensor", the default overload for "aten::leaky_relu" (the names
+    aten.op reads, with its errors)."""
+    from .._aten.schema import overload_for, packet_for
+
+    return overload_for(qualified) or packet_for(qualified).default
+
+
+def fallback_argument_names(qualified: str) -> set[str]:
+    """The names of the fallback's arguments: an attribute of the same name, or a fallback_args entry, binds one."""
+    return {a.name for a in fallback_overload(qualified)._schema.arguments}
+
+
 def attr_kind(default) -> tuple[str, str]:
     """(C++ type for ms_ext::Attrs, torch schema type) of an attribute, from its default."""
     if isinstance(default, bool):

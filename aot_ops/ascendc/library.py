@@ -32,7 +32,7 @@ from .._build import cache
 from .._bundled import library_path
 from .._paths import source_dir
 from . import codegen
-from .declare import Kernel
+from .declare import Kernel, fallback_argument_names
 
 PathLike = str | os.PathLike
 
@@ -83,8 +83,6 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     arguments named like an attribute take its value."""
     from .. import aten
     from .._primitive import AotOp
-    from .torch_library import fallback_argument_names
-
     schema_args = fallback_argument_names(kernel.fallback)
     fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
                        **kernel.fallback_args)

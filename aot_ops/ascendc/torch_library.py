@@ -11,24 +11,11 @@ import torch
 from .._clib import last_error, open_library
 from .._dtypes import checked_ms_name
 from . import codegen
-from .declare import attr_kind
+from .declare import attr_kind, fallback_argument_names, fallback_overload
 
 # One torch.library fragment per namespace: loading a library again in the same process (its sources changed)
 # replaces the previous definitions.
 _FRAGMENTS: dict[str, torch.library.Library] = {}
-
-
-def fallback_overload(qualified: str) -> torch._ops.OpOverload:
-    """torch.ops.aten.mul.Tensor for "aten::mul.Tensor", the default overload for "aten::leaky_relu" (the names
-    aten.op reads, with its errors)."""
-    from .._aten.schema import overload_for, packet_for
-
-    return overload_for(qualified) or packet_for(qualified).default
-
-
-def fallback_argument_names(qualified: str) -> set[str]:
-    """The names of the fallback's arguments: an attribute of the same name, or a fallback_args entry, binds one."""
-    return {a.name for a in fallback_overload(qualified)._schema.arguments}
 
 
 def register(lib) -> None:

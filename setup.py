@@ -51,14 +51,23 @@ ASCENDC = Path("kernels") / "ascendc"
 
 
 def ascendc_sources() -> list[Path]:
-    """The Ascend C kernels (compiled by g++ against the emulator's kernel_operator.h), their emulator launches and
-    the aot/torch entry points."""
-    folders = ("kernels", "host_cpu", "aot")
-    return sorted(p.relative_to(HERE) for f in folders for p in (HERE / ASCENDC / f).glob("*.cpp"))
+    """The Ascend C kernels (compiled by g++ against the emulator's kernel_operator.h), the emulator settings and
+    path counts (kernels/ascendc/aot), and the launches and entry points generated from the kernels' declarations
+    (aot_ops/ascendc/bundled.py) by the code generator users' kernels go through (aot_ops.ascendc.load)."""
+    from aot_ops.ascendc import bundled
+
+    generated = Path("build") / "generated" / "ascendc_bundled_entries.cpp"
+    text = bundled.library_source()
+    if not generated.is_file() or generated.read_text() != text:  # unchanged text: nothing to recompile
+        generated.parent.mkdir(parents=True, exist_ok=True)
+        generated.write_text(text)
+    kernels = [p.relative_to(HERE) for p in bundled.kernel_sources(HERE / ASCENDC / "kernels")]
+    runtime = sorted(p.relative_to(HERE) for p in (HERE / ASCENDC / "aot").glob("*.cpp"))
+    return kernels + runtime + [generated]
 
 
 def ascendc_include_dirs() -> list[Path]:
-    return [ASCENDC / d for d in ("emulator", "tiling", "host_cpu", "aot")]
+    return [ASCENDC / d for d in ("emulator", "aot")]
 
 
 def cuda_library() -> list[AotExtension]:

@@ -25,7 +25,7 @@ def test_add_custom_falls_back_to_aten(n, dtype, block_dim):
     out = nan_like(x)
     ascendc_torch.run("add_custom", [x, y], out, block_dim=block_dim)
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
-    assert (rt.path_count("AddCustom", "kernel"), rt.path_count("AddCustom", "aten")) == (0, 1)
+    assert (rt.path_count("add_custom", "kernel"), rt.path_count("add_custom", "aten")) == (0, 1)
 
 
 def test_add_custom_uses_the_256kb_unified_buffer_when_configured():
@@ -35,7 +35,7 @@ def test_add_custom_uses_the_256kb_unified_buffer_when_configured():
     with rt.emulator(ub_bytes=rt.UB_910A):
         ascendc_torch.run("add_custom", [x, y], out, block_dim=1)
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
-    assert rt.path_count("AddCustom", "kernel") == 1
+    assert rt.path_count("add_custom", "kernel") == 1
 
 
 @pytest.mark.parametrize("n,dtype", [(15, torch.float16), (1000, torch.float16), (64, torch.float32)])
@@ -44,7 +44,7 @@ def test_leaky_relu_custom_falls_back_to_aten(n, dtype):
     out = nan_like(x)
     ascendc_torch.run("leaky_relu_custom", [x], out, negative_slope=0.2)
     torch.testing.assert_close(out, torch.nn.functional.leaky_relu(x, 0.2), rtol=0, atol=0)
-    assert (rt.path_count("LeakyReluCustom", "kernel"), rt.path_count("LeakyReluCustom", "aten")) == (0, 1)
+    assert (rt.path_count("leaky_relu_custom", "kernel"), rt.path_count("leaky_relu_custom", "aten")) == (0, 1)
 
 
 @pytest.mark.parametrize("shape,dtype", [((4, 10), torch.float32), ((4, 16), torch.float16), ((3, 65536), torch.float32)])
@@ -54,4 +54,32 @@ def test_softmax_custom_falls_back_to_aten(shape, dtype):
     out = nan_like(x)
     ascendc_torch.run("softmax_custom", [x], out)
     torch.testing.assert_close(out, torch.softmax(x, dim=-1))
-    assert (rt.path_count("SoftmaxCustom", "kernel"), rt.path_count("SoftmaxCustom", "aten")) == (0, 1)
+    assert (rt.path_count("softmax_custom", "kernel"), rt.path_count("softmax_custom", "aten")) == (0, 1)
+
+
+@pytest.mark.parametrize("kernel, dtype, shapes, attrs", [
+    ("add_custom", torch.float16, [(n,), (n,)], {}) for n in (256, 512, 768, 2048, 256 * 1025, 4096)
+] + [
+    ("leaky_relu_custom", torch.float16, [(n,)], {"negative_slope": 0.2}) for n in (16, 40, 48, 4096 + 16, 70000)
+] + [
+    ("softmax_custom", torch.float32, [(rows, cols)], {}) for rows, cols in ((3, 8), (9, 12), (17, 16), (2, 6200),
+                                                                             (1, 12000))
+])
+@pytest.mark.parametrize("block_dim", [1, 3, 8])
+def test_the_compiled_tiling_decides_as_the_python_one(kernel, dtype, shapes, attrs, block_dim):
+    # The bundled kernels are declared like a user's (aot_ops/ascendc/bundled.py): the tiling function setup.py
+    # compiled into the library takes the kernel path exactly where the Python function accepts the shapes.
+    from aot_ops.ascendc import bundled
+    from aot_ops.ascendc.tiling import CannotTile, evaluate
+
+    try:
+        evaluate(bundled.KERNELS[kernel].tiling, shapes, block_dim, rt.UB_910B, **attrs)
+        expected = "kernel"
+    except CannotTile:
+        expected = "aten"
+    inputs = [sample(shape, dtype, seed) for seed, shape in enumerate(shapes, 1)]
+    out = nan_like(inputs[0])
+    ascendc_torch.run(kernel, inputs, out, block_dim=block_dim, **attrs)
+    assert not torch.isnan(out).any()
+    other = "kernel" if expected == "aten" else "aten"
+    assert (rt.path_count(kernel, expected), rt.path_count(kernel, other)) == (1, 0)

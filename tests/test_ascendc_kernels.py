@@ -24,7 +24,7 @@ def test_add_custom_is_bit_exact_in_every_order(order, block_dim, tiles):
         ascendc_torch.run("add_custom", [x, y], out, block_dim=block_dim)
     expected = x.numpy() + y.numpy()  # numpy float16: computed in float32, rounded to nearest-even
     np.testing.assert_array_equal(half_bits(out), half_bits(expected))
-    assert rt.path_count("AddCustom", "kernel") == 1 and rt.path_count("AddCustom", "aten") == 0
+    assert rt.path_count("add_custom", "kernel") == 1 and rt.path_count("add_custom", "aten") == 0
 
 
 def test_add_custom_fills_the_910b_unified_buffer_exactly():
@@ -34,7 +34,7 @@ def test_add_custom_fills_the_910b_unified_buffer_exactly():
     out = nan_like(x)
     ascendc_torch.run("add_custom", [x, y], out, block_dim=1)
     np.testing.assert_array_equal(half_bits(out), half_bits(x.numpy() + y.numpy()))
-    assert rt.path_count("AddCustom", "kernel") == 1
+    assert rt.path_count("add_custom", "kernel") == 1
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -47,7 +47,7 @@ def test_leaky_relu_custom_handles_tails_bit_exactly(order, n, block_dim):
     np.testing.assert_array_equal(half_bits(out), half_bits(leaky_relu_reference(x.numpy(), 0.2)))
     # The slope is rounded to float16 on the kernel path; torch (float32 slope) agrees within fp16 tolerance.
     torch.testing.assert_close(out, torch.nn.functional.leaky_relu(x, 0.2))
-    assert rt.path_count("LeakyReluCustom", "kernel") == 1
+    assert rt.path_count("leaky_relu_custom", "kernel") == 1
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -58,7 +58,7 @@ def test_softmax_custom_handles_row_tails(order, shape, block_dim):
     with rt.emulator(order=order):
         ascendc_torch.run("softmax_custom", [x], out, block_dim=block_dim)
     torch.testing.assert_close(out, torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
-    assert rt.path_count("SoftmaxCustom", "kernel") == 1
+    assert rt.path_count("softmax_custom", "kernel") == 1
 
 
 def test_softmax_custom_tiles_rows_by_the_unified_buffer_size():
@@ -69,7 +69,7 @@ def test_softmax_custom_tiles_rows_by_the_unified_buffer_size():
         with rt.emulator(ub_bytes=ub):
             ascendc_torch.run("softmax_custom", [x], out, block_dim=2)
         torch.testing.assert_close(out, torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
-    assert rt.path_count("SoftmaxCustom", "kernel") == 2
+    assert rt.path_count("softmax_custom", "kernel") == 2
 
 
 def test_results_do_not_depend_on_the_core_order():

@@ -32,14 +32,14 @@ def test_add_custom_in_a_cell_is_bit_exact_and_differentiable(mode):
     dout = sample((8, 256), torch.float16, 3)
     dx, dy = run_vjp(ascendc.add_custom(block_dim=4), [x, y], [dout])
     assert torch.equal(dx, dout) and torch.equal(dy, dout)
-    assert rt.path_count("AddCustom", "kernel") >= 1
+    assert rt.path_count("add_custom", "kernel") >= 1
 
 
 def test_add_custom_falls_back_inside_a_cell(mode):
     x, y = sample((3, 7), torch.float16, 1), sample((3, 7), torch.float16, 2)
     (z,) = run_forward(ascendc.add_custom(), [x, y])
     assert torch.equal(z, x + y)
-    assert rt.path_count("AddCustom", "aten") >= 1 and rt.path_count("AddCustom", "kernel") == 0
+    assert rt.path_count("add_custom", "aten") >= 1 and rt.path_count("add_custom", "kernel") == 0
 
 
 def test_a_cell_of_two_ascendc_kernels(mode):
@@ -47,7 +47,7 @@ def test_a_cell_of_two_ascendc_kernels(mode):
     out = to_torch(AddThenLeakyRelu()(to_ms(x), to_ms(y)))
     expected = leaky_relu_reference(x.numpy() + y.numpy(), 0.1)
     np.testing.assert_array_equal(half_bits(out), half_bits(expected))
-    assert rt.path_count("AddCustom", "kernel") >= 1 and rt.path_count("LeakyReluCustom", "kernel") >= 1
+    assert rt.path_count("add_custom", "kernel") >= 1 and rt.path_count("leaky_relu_custom", "kernel") >= 1
 
 
 def test_leaky_relu_custom_gradient(mode):
@@ -61,7 +61,7 @@ def test_softmax_custom_forward_and_gradient(mode):
     x = sample((37, 24), torch.float32, 8)
     (y,) = run_forward(ascendc.softmax_custom(block_dim=3), [x])
     torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
-    assert rt.path_count("SoftmaxCustom", "kernel") >= 1
+    assert rt.path_count("softmax_custom", "kernel") >= 1
     dout = sample((37, 24), torch.float32, 9)
     (dx,) = run_vjp(ascendc.softmax_custom(block_dim=3), [x], [dout])
     leaf = x.clone().requires_grad_()
@@ -69,10 +69,16 @@ def test_softmax_custom_forward_and_gradient(mode):
     torch.testing.assert_close(dx, leaf.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_add_custom_rejects_different_shapes():
-    x, y = sample((4, 16), torch.float16, 1), sample((4, 8), torch.float16, 2)
-    with pytest.raises((ValueError, RuntimeError), match="same shape"):
-        run_forward(ascendc.add_custom(), [x, y])
+def test_add_custom_refuses_shapes_that_differ_with_the_reason():
+    # Same number of elements, another shape: never added element by element.
+    x, y = sample((16, 16), torch.float16, 1), sample((256,), torch.float16, 2)
+    with pytest.raises(RuntimeError, match=r"AddCustom: aten::add.Tensor \(the fallback, run as x and y differ in "
+                                           r"shape.*must match the size"):
+        run_forward(ascendc.add_custom(block_dim=1), [x, y])
+    x, y = sample((4, 1), torch.float16, 1), sample((1, 256), torch.float16, 2)  # the fallback broadcasts
+    with pytest.raises(RuntimeError, match=r"gives output 0 as Half \[4, 256\], the operator's output is "
+                                           r"Half \[4, 1\]"):
+        run_forward(ascendc.add_custom(block_dim=1), [x, y])
 
 
 @pytest.mark.parametrize("make, inputs, reference, exact", [

@@ -46,3 +46,45 @@ def test_command_line_exits_with_the_message():
                           capture_output=True, text=True, env=env_without_cann())
     assert proc.returncode == 2
     assert "error: CANN not found" in proc.stderr
+
+
+def test_the_bundled_npu_project_is_generated_from_the_declarations(tmp_path):
+    # No CANN here: the bundled kernels' host launches are compiled against stand-ins of CANN's headers whose launch
+    # macro prints the arguments, and run: the compiled tiling gives what the Python one gives, float slope included.
+    from aot_ops.ascendc import bundled
+    from aot_ops.ascendc.runtime import UB_910B
+    from aot_ops.ascendc.tiling import evaluate
+
+    project = ascendc_npu.npu_project()
+    cmake = (project / "CMakeLists.txt").read_text()
+    for name in bundled.KERNELS:
+        assert f"kernels/{name}.cpp" in cmake
+    stubs = tmp_path / "stubs"
+    (stubs / "acl").mkdir(parents=True)
+    (stubs / "acl" / "acl.h").write_text("#pragma once\n")
+    (stubs / "print_launch.h").write_text(
+        "#pragma once\n#include <cstdint>\n#include <cstdio>\n#define ACLRT_LAUNCH_KERNEL(k) launch_##k\n"
+        "inline void print(void *p) { std::printf(\" %s\", p ? \"address\" : \"null\"); }\n"
+        "template <typename T> void print(T v) { std::printf(\" %g\", static_cast<double>(v)); }\n"
+        "template <typename... A> void print_launch(uint32_t bd, A... a) {\n"
+        "  std::printf(\"%u\", bd); (print(a), ...); std::printf(\"\\n\");\n}\n")
+    for name in bundled.KERNELS:
+        (stubs / f"aclrtlaunch_{name}.h").write_text(
+            "#pragma once\n#include \"print_launch.h\"\n"
+            f"template <typename... A> void launch_{name}(uint32_t bd, void *, A... a) {{ print_launch(bd, a...); }}\n")
+    (tmp_path / "main.cpp").write_text(
+        '#include <cstdint>\nextern "C" int leaky_relu_custom_launch(void *, void **, const int64_t *const *, '
+        "const int *, int64_t, int64_t, const double *);\n"
+        "int main() {\n  void *buffers[2] = {};\n  int64_t a[1] = {70000}, b[1] = {40};\n"
+        "  const int64_t *shapes[1] = {a}, *odd[1] = {b};\n  int ndims[1] = {1};\n  double slope[1] = {0.25};\n"
+        f"  return leaky_relu_custom_launch(nullptr, buffers, shapes, ndims, 3, {UB_910B}, slope) * 10 +\n"
+        f"         leaky_relu_custom_launch(nullptr, buffers, odd, ndims, 3, {UB_910B}, slope);\n}}\n")
+    binary = tmp_path / "host_launch"
+    subprocess.run(["g++", "-std=c++17", f"-I{stubs}", str(project / "host_launch.cpp"), str(tmp_path / "main.cpp"),
+                    "-o", str(binary)], check=True, capture_output=True, timeout=300)
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    # block_dim, the two (null) buffers, then totalLength, tileLength, negativeSlope.
+    expected = evaluate(bundled.KERNELS["leaky_relu_custom"].tiling, [(70000,)], 3, UB_910B, negative_slope=0.25)
+    assert run.stdout.split() == ["3", "null", "null", str(expected["totalLength"]), str(expected["tileLength"]),
+                                  "0.25"]
+    assert run.returncode == 1  # the first launch ran (0), the second was refused (40 elements is no multiple of 16)

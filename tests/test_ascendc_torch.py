@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-import aot_ops.ascendc.torch_ops  # noqa: F401  (registers torch.ops.ascendc)
+from aot_ops.ascendc import torch_ops as ascendc_torch  # registers torch.ops.ascendc
 from aot_ops.ascendc import runtime as rt
 from ascendc_support import half_bits, leaky_relu_reference, sample
 
@@ -17,7 +17,7 @@ def test_add_custom_eager_runs_the_kernel():
     x, y = sample(4096, torch.float16, 1), sample(4096, torch.float16, 2)
     z = torch.ops.ascendc.add_custom(x, y)
     np.testing.assert_array_equal(half_bits(z), half_bits(x.numpy() + y.numpy()))
-    assert rt.path_count("AddCustom", "kernel") == 1
+    assert rt.path_count("add_custom", "kernel") == 1
 
 
 def test_add_custom_under_torch_compile_with_inductor():
@@ -28,7 +28,7 @@ def test_add_custom_under_torch_compile_with_inductor():
         return torch.ops.ascendc.add_custom(a, b, 4) * 2
 
     torch.testing.assert_close(f(x, y), (x + y) * 2, rtol=0, atol=0)
-    assert rt.path_count("AddCustom", "kernel") >= 1
+    assert rt.path_count("add_custom", "kernel") >= 1
 
 
 def test_softmax_and_leaky_relu_compile_with_gradients():
@@ -47,7 +47,7 @@ def test_softmax_and_leaky_relu_compile_with_gradients():
     h = sample(160, torch.float16, 6)
     out = torch.compile(lambda t: torch.ops.ascendc.leaky_relu_custom(t, 0.2), backend="aot_eager")(h)
     np.testing.assert_array_equal(half_bits(out), half_bits(leaky_relu_reference(h.numpy(), 0.2)))
-    assert rt.path_count("SoftmaxCustom", "kernel") >= 1 and rt.path_count("LeakyReluCustom", "kernel") >= 1
+    assert rt.path_count("softmax_custom", "kernel") >= 1 and rt.path_count("leaky_relu_custom", "kernel") >= 1
 
 
 @pytest.mark.parametrize("op,args", [
@@ -61,6 +61,16 @@ def test_opcheck(op, args):
     torch.library.opcheck(getattr(torch.ops.ascendc, op).default, args())
 
 
-def test_add_custom_rejects_different_shapes():
-    with pytest.raises(RuntimeError, match="differ in shape"):
+def test_add_custom_takes_the_fallbacks_shapes_where_the_kernel_cannot():
+    # The kernel adds element by element: shapes that differ run aten::add.Tensor, which broadcasts or refuses.
+    x, y = sample((4, 1), torch.float16, 1), sample((1, 256), torch.float16, 2)
+    rt.reset_path_counts()
+    torch.testing.assert_close(torch.ops.ascendc.add_custom(x, y, 1), torch.add(x, y), rtol=0, atol=0)
+    assert (rt.path_count("add_custom", "kernel"), rt.path_count("add_custom", "aten")) == (0, 1)
+    with pytest.raises(RuntimeError, match="broadcast"):
         torch.ops.ascendc.add_custom(torch.zeros(4, dtype=torch.float16), torch.zeros(8, dtype=torch.float16))
+    out = torch.full((16, 16), float("nan"), dtype=torch.float16)  # same number of elements, another shape
+    with pytest.raises(RuntimeError, match="broadcast"):
+        ascendc_torch.run("add_custom", [sample((16, 16), torch.float16, 3), sample((256,), torch.float16, 4)],
+                          out, block_dim=1)
+    assert torch.isnan(out).all()

@@ -1,12 +1,13 @@
 """Ascend C kernels (kernels/ascendc), run here on the CPU emulation of the Ascend C API, from both frameworks.
 
-    aot_ops.ascendc.add_custom(block_dim=8)        MindSpore operators (operators.py): the kernel where its tiling
-    aot_ops.ascendc.leaky_relu_custom(...)         preconditions hold, ATen otherwise, gradients from ATen
-    aot_ops.ascendc.softmax_custom(...)
+    aot_ops.ascendc.add_custom(block_dim=8)        MindSpore operators (operators.py) of the bundled kernels,
+    aot_ops.ascendc.leaky_relu_custom(...)         declared in bundled.py as a user declares theirs: the kernel
+    aot_ops.ascendc.softmax_custom(...)            where its tiling holds, ATen otherwise, gradients from ATen
     import aot_ops.ascendc.torch_ops               torch.ops.ascendc.* through torch.library (torch_ops.py)
     aot_ops.ascendc.runtime                        which path ran, the emulator's core order and UB size
                                                    (runtime.py; needs neither MindSpore nor torch.library)
-    python -m aot_ops.ascendc.npu                  the real-NPU build with CANN (npu.py; refused without CANN)
+    python -m aot_ops.ascendc.npu                  the real-NPU build with CANN (npu.py; refused without CANN), of
+                                                   the bundled kernels or (--project) of a loaded library
     aot_ops.ascendc.load(name, sources, kernels)   your own kernels from one declaration (library.py): MindSpore
     aot_ops.ascendc.Kernel, require, CannotTile    operators, torch.library operators, the NPU project; tilings
                                                    in Python, compiled to C++ (tiling.py)

@@ -39,7 +39,8 @@ PathLike = str | os.PathLike
 
 class AscendcLibrary:
     """A library built by `ascendc.load`: `lib.<kernel>(block_dim=8)` is the MindSpore operator of a kernel,
-    `torch.ops.<name>.<kernel>` its torch operator, `npu_project` the folder of its CANN build."""
+    `torch.ops.<name>.<kernel>` its torch operator, `npu_project` the folder of its CANN build (None for the
+    bundled kernels' library, whose project bundled.npu_project() writes when asked)."""
 
     def __init__(self, name: str, library: _library.Library, kernels: dict[str, Kernel], npu_project: Path):
         self.name = name
@@ -107,11 +108,17 @@ def load(name: str, sources: Sequence[PathLike] | PathLike, kernels: Mapping[str
     include_paths = [emulator / "emulator", emulator / "aot", *sorted({p.parent for p in paths})]
     built = _library._load(name, [*paths, generated], {generated: text}, list(extra_cflags), [], include_paths,
                            True, verbose)
-    npu = cache.name_dir(name) / "npu"
-    for file_name, content in codegen.npu_files(name, kernels, compiled, [str(p) for p in paths]).items():
-        _library._write_if_changed(npu / file_name, content)
+    npu = write_npu_project(cache.name_dir(name) / "npu", name, kernels, compiled, paths)
     lib = AscendcLibrary(name, built, kernels, npu)
     from .torch_library import register
 
     register(lib)
     return lib
+
+
+def write_npu_project(folder: Path, name: str, kernels: dict[str, Kernel], compiled: dict,
+                      sources: Sequence[Path]) -> Path:
+    """Writes the CANN project of `kernels` (codegen.npu_files) into `folder`, rewriting only changed files."""
+    for file_name, content in codegen.npu_files(name, kernels, compiled, [str(p) for p in sources]).items():
+        _library._write_if_changed(folder / file_name, content)
+    return folder

@@ -1,8 +1,11 @@
-"""Build the Ascend C kernels for a real NPU (CANN + torch_npu): python -m aot_ops.ascendc.npu [--soc Ascend910B1].
+"""Build Ascend C kernels for a real NPU (CANN): python -m aot_ops.ascendc.npu [--soc Ascend910B1] [--project DIR].
 
 Off unless CANN is present: without ASCEND_HOME_PATH (or without CANN's ascendc.cmake under it) this refuses to
-start with CannNotFoundError, rather than building half of it. On an NPU machine it configures and builds
-kernels/ascendc/npu with CMake and prints the path of the torch_npu extension (`ascendc_torch_npu*.so`).
+start with CannNotFoundError, rather than building half of it. On an NPU machine it configures and builds, with
+CMake, the CANN project generated from the kernels' declarations (the bundled kernels', aot_ops/ascendc/bundled.py,
+or with --project a library's `lib.npu_project`) and prints the path of the library of host launches
+(`lib<name>_npu.so`: `<kernel>_launch(stream, buffers, shapes, ndims, block_dim, ub_bytes, attrs)`, 1 when the tiling
+refuses the shapes and the caller runs the fallback).
 """
 from __future__ import annotations
 
@@ -16,10 +19,10 @@ ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/ti
 
 
 def npu_project() -> Path:
-    """The CMake project of the NPU build (kernels/ascendc/npu, shipped with the package)."""
-    from .._paths import source_dir
+    """The CANN project of the bundled kernels (bundled.npu_project: generated from their declarations)."""
+    from .bundled import npu_project as bundled_project
 
-    return source_dir("kernels") / "ascendc" / "npu"
+    return bundled_project()
 
 
 class CannNotFoundError(RuntimeError):
@@ -39,19 +42,10 @@ def cann_home() -> Path:
 
 
 def build(build_dir: Path, soc_version: str = "Ascend910B1", project: Path | None = None) -> Path:
-    """Configures and builds `project` (default: the bundled kernels' project and its torch_npu extension; a
-    library made by aot_ops.ascendc.load has its own, `lib.npu_project`, whose product is lib<name>_npu.so)."""
+    """Configures and builds `project` (default: the bundled kernels', npu_project()); returns its lib<name>_npu.so."""
     home = cann_home()
     defines = [f"-DASCEND_HOME_PATH={home}", f"-DSOC_VERSION={soc_version}"]
-    if project is not None:
-        return _cmake(Path(project), build_dir, defines, "lib*_npu.so")
-    import torch
-    import torch_npu  # noqa: F401  (the extension links it)
-
-    defines += [f"-DTORCH_DIR={Path(torch.__file__).parent}",
-                f"-DTORCH_NPU_DIR={Path(sys.modules['torch_npu'].__file__).parent}",
-                f"-DPython3_EXECUTABLE={sys.executable}"]
-    return _cmake(npu_project(), build_dir, defines, "ascendc_torch_npu*.so")
+    return _cmake(Path(project) if project is not None else npu_project(), build_dir, defines, "lib*_npu.so")
 
 
 def _cmake(project: Path, build_dir: Path, defines: list[str], product: str) -> Path:

@@ -4,8 +4,8 @@ took, and how its CPU emulator schedules cores.
     from aot_ops.ascendc import runtime as rt
     rt.reset_path_counts()
     ...                                   # run aot_ops.ascendc.add_custom() or torch.ops.ascendc.add_custom
-    rt.path_count("AddCustom", "kernel")  # calls that ran the Ascend C kernel on the emulator
-    rt.path_count("AddCustom", "aten")    # calls that fell back to ATen (preconditions not met)
+    rt.path_count("add_custom", "kernel")  # calls that ran the Ascend C kernel on the emulator
+    rt.path_count("add_custom", "aten")    # calls that fell back to ATen (dtypes or tiling not met)
     with rt.emulator(order="reversed", ub_bytes=256 * 1024):
         ...                               # cores run last to first, with a 910A-sized Unified Buffer
 """
@@ -25,9 +25,9 @@ def _lib():
 
 
 def path_count(op: str, path: str) -> int:
-    """How many calls of `op` ("AddCustom", "LeakyReluCustom", "SoftmaxCustom") took `path` ("kernel": the Ascend C
-    kernel on the emulator; "aten": the ATen fallback) since the last reset. Set AOT_OPS_ASCENDC_LOG=1 to also
-    print every decision with the unmet precondition."""
+    """How many calls of kernel `op` (its declared name: "add_custom", a user kernel's "mul_custom") took `path`
+    ("kernel": the Ascend C kernel on the emulator; "aten": the ATen fallback) since the last reset, from MindSpore
+    and torch alike. Set AOT_OPS_ASCENDC_LOG=1 to also print every decision with the unmet requirement."""
     return int(_lib().ascendc_path_count(op.encode(), path.encode()))
 
 

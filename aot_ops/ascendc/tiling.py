@@ -16,7 +16,7 @@ and `rank`, and require raises `CannotTile`. And once, at `ascendc.load`, on sym
 arithmetic and the requirements as C++ (`compile_tiling`), because MindSpore launches kernels on its own threads,
 where no Python may run, and a GRAPH_MODE graph with a dynamic batch sees each shape only at launch. So the
 function must be straight-line integer arithmetic on sizes (+ - * // %, comparisons, `minimum`/`maximum`,
-`where`); an `if` on a size cannot be traced and says so.
+`where`, `x == y` between two inputs' shapes); an `if` on a size cannot be traced and says so.
 """
 from __future__ import annotations
 
@@ -162,6 +162,8 @@ class Expr:
             return f"static_cast<int64_t>(s[{args[0]}].size())"
         if op == "numel":
             return f"numel(s[{args[0]}])"
+        if op == "same_shape":
+            return f"(s[{args[0]}] == s[{args[1]}])"
         if op == "setting":
             return args[0]
         if op == "attr":
@@ -195,6 +197,17 @@ class SymbolicShape:
         need = k + 1 if k >= 0 else -k
         _trace().steps.append(("require", self.rank >= need, f"input {self.index} has fewer than {need} dimensions"))
         return Expr("dim", (self.index, k))
+
+    def __eq__(self, other):
+        """`x == y`: the two inputs have the same shape (a condition for require)."""
+        if not isinstance(other, SymbolicShape):
+            raise TilingError("a shape compares only with another input's shape (x == y)")
+        return Expr("same_shape", (self.index, other.index))
+
+    def __ne__(self, other):
+        return (self == other) == 0
+
+    __hash__ = None
 
     def __len__(self):
         raise TilingError("len(shape) is only known at launch: use shape.rank")

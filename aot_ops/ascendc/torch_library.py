@@ -36,9 +36,6 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
     fragment.define(f"{kernel_name}({', '.join(f'Tensor {i}' for i in kernel.inputs)}{attr_params}, int block_dim=8) "
                     f"-> {returns}")
     attr_names = list(kernel.attrs)
-    schema_args = fallback_argument_names(kernel.fallback)
-    fallback = fallback_overload(kernel.fallback)
-    entry = getattr(open_library(lib.path), codegen.torch_symbol(kernel_name))
 
     def split(args, kwargs):
         """(tensors, attribute values by name, block_dim) of a call: torch passes the non-tensor arguments the
@@ -50,34 +47,20 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
         block_dim = rest.pop(0) if rest else kwargs.get("block_dim", 8)
         return list(args[:n_in]), values, block_dim
 
-    def outputs_like_fallback(tensors, values):
-        out = fallback(*tensors, **{k: v for k, v in values.items() if k in schema_args}, **kernel.fallback_args)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
-
     def cpu(*args, **kwargs):
         tensors, values, block_dim = split(args, kwargs)
         for t in tensors:
             if t.device.type != "cpu":
                 raise ValueError(f"{qualified}: the Ascend C emulator runs on CPU tensors, got one on {t.device}")
-        meta = outputs_like_fallback([t.to("meta") for t in tensors], values)
-        tensors = [t.contiguous() for t in tensors]
+        meta = fallback_outputs(kernel, [t.to("meta") for t in tensors], values)
         outputs = [torch.empty(m.shape, dtype=m.dtype) for m in meta]
-        everything = tensors + outputs
-        buffers = (ctypes.c_void_p * len(everything))(*[t.data_ptr() for t in everything])
-        shape_arrays = [(ctypes.c_int64 * max(t.dim(), 1))(*t.shape) for t in everything]
-        shapes = (ctypes.POINTER(ctypes.c_int64) * len(everything))(
-            *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in shape_arrays])
-        ndims = (ctypes.c_int * len(everything))(*[t.dim() for t in everything])
-        dtypes = (ctypes.c_char_p * len(everything))(*[checked_ms_name(t.dtype).encode() for t in everything])
-        attrs = (ctypes.c_double * max(len(values), 1))(*[float(v) for v in values.values()])
-        if entry(buffers, shapes, ndims, dtypes, ctypes.c_int64(block_dim), attrs) != 0:
-            raise RuntimeError(last_error(open_library(lib.path)))
+        _launch(lib, kernel_name, [t.contiguous() for t in tensors] + outputs, block_dim, values)
         return outputs[0] if n_out == 1 else tuple(outputs)
 
     def fake(*args, **kwargs):
         tensors, values, _ = split(args, kwargs)
         out = [torch.empty_like(t, memory_format=torch.contiguous_format)
-               for t in outputs_like_fallback(tensors, values)]
+               for t in fallback_outputs(kernel, tensors, values)]
         return out[0] if n_out == 1 else tuple(out)
 
     def setup_context(ctx, inputs, output):
@@ -88,7 +71,7 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
         saved = ctx.saved_tensors
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_(t.is_floating_point() or t.is_complex()) for t in saved]
-            outs = outputs_like_fallback(leaves, ctx.values)
+            outs = fallback_outputs(kernel, leaves, ctx.values)
             wrt = [t for t in leaves if t.requires_grad]
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
             found = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
@@ -99,3 +82,48 @@ def _register_kernel(fragment, lib, kernel_name: str, kernel) -> None:
     torch.library.impl(qualified, "cpu", lib=fragment)(cpu)
     torch.library.register_fake(qualified, lib=fragment)(fake)
     torch.library.register_autograd(qualified, backward, setup_context=setup_context, lib=fragment)
+
+
+def fallback_outputs(kernel, tensors: list[torch.Tensor], values: dict) -> list[torch.Tensor]:
+    """The fallback's results on `tensors` (fake or meta ones give the operator's output shapes and dtypes)."""
+    schema_args = fallback_argument_names(kernel.fallback)
+    out = fallback_overload(kernel.fallback)(*tensors, **{k: v for k, v in values.items() if k in schema_args},
+                                             **kernel.fallback_args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def run_into(lib, kernel_name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], block_dim: int = 8,
+             attrs: dict | None = None) -> None:
+    """Runs a kernel of `lib` (the kernel on the emulator, or its fallback) on contiguous CPU `inputs`, writing into
+    the caller's contiguous CPU `outputs` (whose shapes and dtypes must be the operator's); `attrs` by name, the
+    declared defaults for those left out."""
+    kernel = lib.kernels[kernel_name]
+    values = {name: (attrs or {}).get(name, default) for name, default in kernel.attrs.items()}
+    if len(inputs) != len(kernel.inputs) or len(outputs) != len(kernel.outputs):
+        raise ValueError(f"{lib.name}::{kernel_name} takes {len(kernel.inputs)} inputs and {len(kernel.outputs)} "
+                         f"outputs, got {len(inputs)} and {len(outputs)}")
+    everything = [*inputs, *outputs]
+    for t in everything:
+        if t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"{lib.name}::{kernel_name}: inputs and outputs must be contiguous CPU tensors")
+    expected = fallback_outputs(kernel, [t.to("meta") for t in inputs], values)
+    for i, (e, o) in enumerate(zip(expected, outputs)):
+        if e.shape != o.shape or e.dtype != o.dtype:  # the kernel writes what the inputs' shapes say
+            raise ValueError(f"{lib.name}::{kernel_name}: output {i} is {o.dtype} {tuple(o.shape)}, the operator "
+                             f"gives {e.dtype} {tuple(e.shape)}")
+    _launch(lib, kernel_name, everything, block_dim, values)
+
+
+def _launch(lib, kernel_name: str, everything: list[torch.Tensor], block_dim: int, values: dict) -> None:
+    """The generated C entry point on inputs then outputs, contiguous CPU tensors of the operator's shapes."""
+    buffers = (ctypes.c_void_p * len(everything))(*[t.data_ptr() for t in everything])
+    shape_arrays = [(ctypes.c_int64 * max(t.dim(), 1))(*t.shape) for t in everything]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * len(everything))(
+        *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in shape_arrays])
+    ndims = (ctypes.c_int * len(everything))(*[t.dim() for t in everything])
+    dtypes = (ctypes.c_char_p * len(everything))(*[checked_ms_name(t.dtype).encode() for t in everything])
+    attr_values = (ctypes.c_double * max(len(values), 1))(*[float(v) for v in values.values()])
+    library = open_library(lib.path)
+    if getattr(library, codegen.torch_symbol(kernel_name))(buffers, shapes, ndims, dtypes, ctypes.c_int64(block_dim),
+                                                           attr_values) != 0:
+        raise RuntimeError(last_error(library))

@@ -36,12 +36,3 @@ extern "C" int64_t ascendc_emulator_ub_bytes(void) {
   std::lock_guard<std::mutex> lock(mutex);
   return static_cast<int64_t>(options.ub_bytes);
 }
-
-namespace ascendc_aot {
-
-ascendc_emu::LaunchOptions launch_options() {
-  std::lock_guard<std::mutex> lock(mutex);
-  return options;
-}
-
-}  // namespace ascendc_aot

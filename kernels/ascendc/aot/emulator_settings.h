@@ -1,4 +1,5 @@
-// How the aot entry points run the emulator: core order and UB size, one setting per process.
+// How the Ascend C libraries run the emulator: core order and UB size, one setting per process, read by the launches
+// generated from kernel declarations (user_kernel_support.h), the bundled library's and those of aot_ops.ascendc.load.
 //
 // A process-wide setting rather than an operator attribute because the same kernels are also reached from
 // PyTorch, which passes no MindSpore attributes; tests switch it to run every kernel in every core order.
@@ -18,9 +19,3 @@ MS_EXT_EXPORT int ascendc_emulator_configure(const char *order, int64_t ub_bytes
 MS_EXT_EXPORT const char *ascendc_emulator_order(void);
 MS_EXT_EXPORT int64_t ascendc_emulator_ub_bytes(void);
 }
-
-namespace ascendc_aot {
-
-ascendc_emu::LaunchOptions launch_options();
-
-}  // namespace ascendc_aot

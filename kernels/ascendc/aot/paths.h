@@ -1,5 +1,5 @@
 // Which path an operator took (the Ascend C kernel on the emulator, or the ATen fallback), counted per process so
-// callers and tests can see it: `ascendc_path_count("AddCustom", "kernel")`.
+// callers and tests can see it: `ascendc_path_count("add_custom", "kernel")`.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <ms_ext/c_api.h>
 
 extern "C" {
-// Number of calls of `op` that took `path` ("kernel" or "aten") since the last reset.
+// Number of calls of kernel `op` that took `path` ("kernel" or "aten") since the last reset.
 MS_EXT_EXPORT int64_t ascendc_path_count(const char *op, const char *path);
 MS_EXT_EXPORT void ascendc_path_count_reset(void);
 // Counts one call of `op` taking `path` (and logs it with AOT_OPS_ASCENDC_LOG=1): how the libraries built by

@@ -1,6 +1,7 @@
-// What the C++ that aot_ops.ascendc.load generates for a user's Ascend C kernels needs at run time: the emulator
-// settings and path counts of the bundled Ascend C library (one setting and one count per process, whichever library
-// a kernel lives in), the helpers compiled tiling functions use, and the ATen fallback called by schema name.
+// What the C++ generated from Ascend C kernel declarations (aot_ops.ascendc.load for a user's kernels, setup.py for
+// the bundled ones) needs at run time: the emulator settings and path counts of the bundled Ascend C library (one
+// setting and one count per process, whichever library a kernel lives in), the helpers compiled tiling functions
+// use, and the ATen fallback called by schema name.
 //
 // Only C functions cross between the libraries (looked up with dlsym), as everywhere in this project.
 #pragma once
@@ -36,6 +37,9 @@ class BundledRuntime {
     if (order_ == nullptr || ub_bytes_ == nullptr || note_ == nullptr)
       throw std::runtime_error(std::string(library) + " lacks the emulator settings or path counts: reinstall aot_ops");
   }
+  // Inside the bundled library itself: the same functions, linked.
+  BundledRuntime(const char *(*order)(), int64_t (*ub_bytes)(), void (*note)(const char *, const char *, const char *))
+      : order_(order), ub_bytes_(ub_bytes), note_(note) {}
 
   ascendc_emu::LaunchOptions launch_options() const {
     ascendc_emu::LaunchOptions options;
@@ -79,7 +83,8 @@ inline std::string describe(const at::Tensor &t) {
 
 // Runs `qualified` ("aten::mul.Tensor") on `inputs` (its tensor arguments in order; another argument takes the value
 // `named` gives it, else its default) and copies its results into `outputs`, checking each result's shape and dtype against the buffer.
-inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &inputs,
+// `why` (the kernel's unmet requirement) is named in the error when the fallback refuses the inputs too.
+inline void run_fallback(const char *qualified, const std::string &why, const std::vector<at::Tensor> &inputs,
                          const std::vector<at::Tensor> &outputs,
                          const std::vector<std::pair<std::string, c10::IValue>> &named = {}) {
   const std::string full(qualified);
@@ -100,7 +105,11 @@ inline void run_fallback(const char *qualified, const std::vector<at::Tensor> &i
       throw std::invalid_argument(full + ": argument '" + arg.name() + "' has no default and is not a kernel input");
     }
   }
-  op.callBoxed(&stack);
+  try {
+    op.callBoxed(&stack);
+  } catch (const c10::Error &e) {
+    throw std::invalid_argument(full + " (the fallback, run as " + why + "): " + e.what_without_backtrace());
+  }
   if (stack.size() != outputs.size())
     throw std::logic_error(full + " returned " + std::to_string(stack.size()) + " results for " +
                            std::to_string(outputs.size()) + " outputs");

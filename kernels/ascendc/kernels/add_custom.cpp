@@ -1,8 +1,8 @@
 // z = x + y in fp16. Each core takes an equal contiguous share of the vectors and streams it through the Unified
 // Buffer in kStages tile pairs: two buffers per queue let the NPU load tile i+1 while it adds tile i.
 //
-// Preconditions (checked by the host before launch, see add_custom_tiling.h): totalLength is a multiple of
-// 256 * blockDim, so every tile is a whole number of 32-B blocks (INVARIANTS.md: DataCopy lengths are multiples of
+// Preconditions (checked by its tiling function before launch, aot_ops/ascendc/bundled.py): totalLength is a multiple
+// of 256 * blockDim, so every tile is a whole number of 32-B blocks (INVARIANTS.md: DataCopy lengths are multiples of
 // 32 B), and the six tile buffers fit in the UB. The kernel has no tail handling.
 #include "kernel_operator.h"
 
@@ -10,8 +10,8 @@ using namespace AscendC;
 
 namespace {
 
-// Mirrored by add_custom_tiling.h (kBufferNum, kTileNum), which the hosts use to check the preconditions; the
-// kernel includes no host header because CANN compiles this file for the AI core.
+// Mirrored by add_custom_tiling in aot_ops/ascendc/bundled.py, which checks the preconditions before launch; the kernel
+// includes no host header because CANN compiles this file for the AI core.
 constexpr int32_t kBuffersPerQueue = 2;
 constexpr int32_t kTilesPerBuffer = 8;
 constexpr int32_t kStages = kTilesPerBuffer * kBuffersPerQueue;  // tiles each core streams

@@ -1,8 +1,9 @@
 // y = leaky_relu(x) = max(x, 0) + negativeSlope * min(x, 0), fp16, with a scalar parameter.
 //
-// Handles tails: the length is split over the cores in 32-B blocks (some cores may get one block more, or none),
-// and the last tile of a core may be shorter than tileLength. Precondition (leaky_relu_custom_tiling.h): the
-// length is a multiple of 16 elements, because INVARIANTS.md requires every DataCopy to move a multiple of 32 B.
+// Handles tails: the length is split over the cores in 32-B blocks (some cores may get one block more, or none), and
+// the last tile of a core may be shorter than tileLength. Precondition (leaky_relu_custom_tiling,
+// aot_ops/ascendc/bundled.py): the length is a multiple of 16 elements, because INVARIANTS.md requires every DataCopy
+// to move a multiple of 32 B.
 #include "kernel_operator.h"
 
 #include "split.h"
@@ -12,7 +13,7 @@ using namespace AscendC;
 namespace {
 
 constexpr int32_t kBuffersPerQueue = 2;
-constexpr uint32_t BLOCK_ELEMENTS = 16;  // 32 B of fp16; leaky_relu_custom_tiling.h's kBlockElements
+constexpr uint32_t BLOCK_ELEMENTS = 16;  // 32 B of fp16; also in leaky_relu_custom_tiling (bundled.py)
 
 class LeakyReluCore {
  public:

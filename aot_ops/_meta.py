@@ -38,9 +38,14 @@ class MetaInference:
     input whose shape is None is passed to `fn` as None (an optional tensor left out).
     """
 
-    def __init__(self, name: str, fn: Callable[..., object]):
+    # What an operator inferred in Python can do about dynamic shapes (GRAPH_MODE), said when they reach it.
+    DYNAMIC_ADVICE = ("Give its output shapes (aten.op(..., out_shapes=..., out_dtypes=...) with aten.size "
+                      "expressions), or port whole networks with aot_ops.from_torch(..., dynamic_batch=True)")
+
+    def __init__(self, name: str, fn: Callable[..., object], dynamic_advice: str = DYNAMIC_ADVICE):
         self.name = name
         self.fn = fn
+        self.dynamic_advice = dynamic_advice
         self._cache: dict[tuple, tuple[list[tuple[int, ...]], list[torch.dtype]]] = {}
 
     def __call__(self, shapes: Sequence[Sequence[int] | None], dtypes: Sequence[torch.dtype | None]):
@@ -54,9 +59,8 @@ class MetaInference:
                 described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
                 raise InferenceError(
                     f"{self.name}: input shapes are unknown until run time ({described}: -1 is a dynamic dimension, "
-                    "-2 a dynamic rank); this operator infers its outputs in Python, which needs static shapes. "
-                    "Give its output shapes (aten.op(..., out_shapes=..., out_dtypes=...) with aten.size "
-                    "expressions), or port whole networks with aot_ops.from_torch(..., dynamic_batch=True)")
+                    f"-2 a dynamic rank); this operator infers its outputs in Python, which needs static shapes. "
+                    f"{self.dynamic_advice}")
         try:
             with fake_mode():
                 inputs = [None if s is None else torch.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]

@@ -305,3 +305,17 @@ def test_fallback_arguments_given_as_constants():
                                            scalars={"totalLength": "uint32", "negativeSlope": "float32"},
                                            tiling=quarter_tiling, fallback="aten::leaky_relu",
                                            fallback_args={"slope": 0.25})})
+
+
+def test_without_output_like_the_fallback_infers_static_shapes_and_says_what_dynamic_ones_need():
+    import dataclasses
+
+    kernels = {"mul_custom": dataclasses.replace(declaration()["mul_custom"], output_like=None)}
+    lib = ascendc.load("test_ascendc_mul_inferred", [KERNEL_SOURCE], kernels=kernels)
+    a, b = (torch.from_numpy(halves((8, 512), seed)) for seed in (0, 1))
+    report = opcheck(lib.mul_custom(block_dim=8), [(a, b)], torch.mul, exact=True, raise_on_failure=False)
+    assert report.name == "MulCustom"
+    for check in ("pynative", "graph_static", "gradient", "non_contiguous"):
+        assert report.passed(check) == 1, report
+    (dynamic,) = [r for r in report.results if r.check == "graph_dynamic"]
+    assert dynamic.status == "failed" and "Declare output_like in the ascendc.Kernel of mul_custom" in dynamic.detail

@@ -83,12 +83,18 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     fallback's meta inference, and the fallback's bprop (its ATen backward) as its gradient; the fallback's
     arguments named like an attribute take its value."""
     from .. import aten
+    from .._meta import MetaInference
     from .._primitive import AotOp
     schema_args = fallback_argument_names(kernel.fallback)
     fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
                        **kernel.fallback_args)
     fallback = getattr(fallback, "op", fallback)  # the primitive inside an optional-inputs cell
-    return AotOp(path, codegen.entry_symbol(kernel_name), infer=None if kernel.output_like else fallback.infer,
+    infer = None  # output_like: <Entry>InferShape in C++, dynamic shapes included
+    if not kernel.output_like:  # the fallback's inference, under the kernel's name
+        infer = MetaInference(codegen.entry_symbol(kernel_name), fallback.infer.fn, dynamic_advice=(
+            f"Declare output_like in the ascendc.Kernel of {kernel_name} if its outputs are shaped like inputs: "
+            "then they are inferred in C++, dynamic shapes included"))
+    return AotOp(path, codegen.entry_symbol(kernel_name), infer=infer,
                  attrs={"block_dim": block_dim, **attrs}, bprop=fallback.bprop, num_inputs=len(kernel.inputs),
                  identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}:{sorted(attrs.items())!r}")
 

@@ -1,12 +1,12 @@
 """Training-step time of a PyTorch network ported with aot_ops.from_torch, against torch eager (CPU).
 
-    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 20] [--net transformer|resnet]
+    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 100] [--net transformer|resnet]
     .venv/bin/python benchmarks/port_step.py --plot docs/port_step.png [--batches 4,8,16,32,64] [--steps 8]
 
 The network: nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128, dropout 0) and a linear classifier
 over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is forward + backward + SGD update,
 on the same data in both frameworks. MindSpore runs it as `ms.value_and_grad` + `nn.SGD`, in PyNative and in
-GRAPH_MODE. torch's intra-op threads (also used by the bridged ATen kernels, which run in this process) are set
+GRAPH_MODE, on cells ported with `input_grads=False` (torch's step computes no gradient for the input either). torch's intra-op threads (also used by the bridged ATen kernels, which run in this process) are set
 by --threads. Prints the median step time over the measured steps (after warm-up steps, which include GRAPH_MODE's
 compilation), the ratio to torch, the aot calls per step: per node (fuse=False: forward + backward launches of
 the generic ATen entry) or per graph (fuse=True: launches of the program entry), and for fuse=True the time spent
@@ -42,6 +42,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from torch_nets import ResNet, TransformerClassifier, WithLoss  # noqa: E402
 
 BATCH, SEQ, D_MODEL, CLASSES = 32, 16, 64, 10
+# Steps run before measuring: GRAPH_MODE's compilation, and MindSpore's pipeline, which ran some of its first ~15
+# steps 2-3x slower than later ones (a ported ResNet in GRAPH_MODE: 16 ms per step for steps 6-14, then 5.7 ms).
+WARMUP = 20
 CNN_SHAPE = (8, 3, 64, 64)
 
 
@@ -114,13 +117,15 @@ def launches():
 
 def mindspore_steps(model, batches, mode, fuse):
     ms.set_context(mode=mode)
-    cell = aot_ops.from_torch(model, batches[0], fuse=fuse)
+    # The input does not require grad in torch's step either: no gradient for it (the ResNet's first convolution's
+    # input gradient costs 1 ms).
+    cell = aot_ops.from_torch(model, batches[0], fuse=fuse, input_grads=False)
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
     step = ms.value_and_grad(cell, None, optimizer.parameters)
     inputs = [(to_ms(x), to_ms(t)) for x, t in batches]
     times, calls, in_programs = [], [], []
     for index, (x, target) in enumerate(inputs):
-        if index == 3:  # after the warm-up steps
+        if index == WARMUP:  # after the warm-up steps
             clocks = thread_clock()
         before = launches()
         start = time.perf_counter()
@@ -133,7 +138,7 @@ def mindspore_steps(model, batches, mode, fuse):
         in_programs.append(after[3] - before[3])
     threads = thread_times(clocks, thread_clock(), len(inputs) - 3)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    return times, value, calls[-1], statistics.median(in_programs[3:]), threads
+    return times, value, calls[-1], statistics.median(in_programs[WARMUP:]), threads
 
 
 class ParameterSums(torch.nn.Module):
@@ -188,9 +193,9 @@ def plot(path, net, described, batch_sizes, steps):
     model, shape, classes, _ = network(net)
     curves = {}
     for batch in batch_sizes:
-        results = measure(model, data(3 + steps, (batch, *shape), classes))
+        results = measure(model, data(WARMUP + steps, (batch, *shape), classes))
         for name, (times, *_rest) in results.items():
-            curves.setdefault(name, []).append(statistics.median(times[3:]) * 1e3)
+            curves.setdefault(name, []).append(statistics.median(times[WARMUP:]) * 1e3)
         print(f"batch {batch}: " + ", ".join(f"{n} {v[-1]:.2f} ms" for n, v in curves.items()), flush=True)
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, values in curves.items():
@@ -213,7 +218,7 @@ def plot(path, net, described, batch_sizes, steps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    parser.add_argument("--steps", type=int, default=20, help="measured steps (after 3 warm-up steps)")
+    parser.add_argument("--steps", type=int, default=100, help=f"measured steps (after {WARMUP} warm-up steps)")
     parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
     parser.add_argument("--launch-blocking", action="store_true",
                         help="ms.runtime.launch_blocking(): PyNative launches each operator synchronously")
@@ -239,12 +244,12 @@ def main(argv=None):
     if options.plot:
         plot(options.plot, options.net, described, [int(b) for b in options.batches.split(",")], options.steps)
         return
-    print(f"{described}, batch {batch}: median of {options.steps} training steps after 3 warm-up steps")
-    results = measure(model, data(3 + options.steps, (batch, *shape), classes), with_floor=True)
-    base = statistics.median(results["torch eager"][0][3:])
+    print(f"{described}, batch {batch}: median of {options.steps} training steps after {WARMUP} warm-up steps")
+    results = measure(model, data(WARMUP + options.steps, (batch, *shape), classes), with_floor=True)
+    base = statistics.median(results["torch eager"][0][WARMUP:])
     print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
     for name, (times, loss, (forward, backward, programs), in_programs, _threads) in results.items():
-        median = statistics.median(times[3:])
+        median = statistics.median(times[WARMUP:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
         shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the "no work" rows' loss is not the network's
@@ -252,7 +257,7 @@ def main(argv=None):
     if options.per_step:
         print("every measured step (ms):")
         for name, (times, *_rest) in results.items():
-            print(f"  {name:<20} " + " ".join(f"{t * 1e3:.1f}" for t in times[3:]))
+            print(f"  {name:<20} " + " ".join(f"{t * 1e3:.1f}" for t in times[WARMUP:]))
     if options.thread_times:
         print("per measured step, ms each thread ran / waited runnable for a CPU (/proc/self/task/*/schedstat):")
         for name, (*_rest, threads) in results.items():

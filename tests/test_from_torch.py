@@ -147,6 +147,33 @@ def test_fused_modes_agree_with_each_other_and_with_per_node():
             torch.testing.assert_close(state[name], value, rtol=1e-6, atol=1e-6, msg=f"{key} {name}")
 
 
+@pytest.mark.parametrize("input_grads", [True, False], ids=["input_grads", "no_input_grads"])
+def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, input_grads):
+    """input_grads=False: the input's gradient is zero (ops.stop_gradient) and the fused backward does not compute
+    it; the parameters' gradients are torch's either way."""
+    torch.manual_seed(8)
+    model = WithLoss(ConvNet())
+    x, target = batches((4, 3, 8, 8), count=1)[0]
+    cell = aot_ops.from_torch(copy.deepcopy(model), (x, target), fuse=fuse, input_grads=input_grads)
+    params = cell.trainable_params()
+    loss, (x_grad, grads) = ms.value_and_grad(cell, 0, params)(to_ms(x), to_ms(target))
+    leaf = x.clone().requires_grad_()
+    expected = model(leaf, target)
+    expected.backward()
+    assert abs(float(loss.asnumpy()) - expected.item()) <= 1e-5 * abs(expected.item())
+    for param, grad in zip(params, grads):
+        torch.testing.assert_close(to_torch(grad), dict(model.named_parameters())[param.name].grad, rtol=1e-4,
+                                   atol=1e-6, msg=param.name)
+    if input_grads:
+        torch.testing.assert_close(to_torch(x_grad), leaf.grad, rtol=1e-4, atol=1e-6)
+    else:
+        assert not to_torch(x_grad).any()
+    if fuse:
+        fused = cell._spec.fused.get("train") or cell._spec.fused["both"]
+        x_position = fused.inputs.index(("input", cell._spec.inputs[0].name))
+        assert (fused.grads[x_position] is None) == (not input_grads)
+
+
 def test_fused_error_names_the_node_and_its_source_line(mode):
     class Indexing(nn.Module):
         def forward(self, x, index):

@@ -25,11 +25,12 @@ _LINE = 118
 
 
 def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
-             state_expr: Callable[[str], str], fused: dict | None = None) -> str:
+             state_expr: Callable[[str], str], fused: dict | None = None, input_grads: bool = True) -> str:
     """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
     when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
     Parameter ("self.layer1[0].conv1.weight"). `fused` (fuse=True) maps the same modes to their fused.FusedGraph:
-    each forward method is then one program call, and a bprop per mode calls the backward program."""
+    each forward method is then one program call, and a bprop per mode calls the backward program.
+    `input_grads=False`: construct passes the floating inputs through ops.stop_gradient."""
     first = next(iter(graphs.values()))
     counts = ", ".join(f"{len(g.operators)} in {_MODE_WORDS[m]}" for m, g in graphs.items())
     out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
@@ -72,6 +73,10 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
     out.append(f"    def construct(self, {params}):")
     for k, spec in enumerate(first.inputs):
         out.extend(_input_check(module_name, spec))
+    if not input_grads:
+        for spec in first.inputs:
+            if spec.dtype.is_floating_point or spec.dtype.is_complex:
+                out.append(f"        {spec.name} = _ops.stop_gradient({spec.name})  # input_grads=False")
     if "both" in graphs:
         out.append(f"        return self.forward_both({params})")
     else:

@@ -42,9 +42,11 @@ class FusedGraph:
     backward_constants: list[str] = field(default_factory=list)  # constants the backward takes after its values
 
 
-def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: str) -> FusedGraph:
-    """The forward and backward programs of `program` (from export.export); `label` names them in errors."""
-    flat = _flat_inputs(program, model, args)
+def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: str,
+         input_grads: bool = True) -> FusedGraph:
+    """The forward and backward programs of `program` (from export.export); `label` names them in errors.
+    `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters)."""
+    flat = _flat_inputs(program, model, args, input_grads)
     captured: dict[str, torch.fx.GraphModule] = {}
 
     from functorch.compile import make_boxed_func
@@ -142,13 +144,13 @@ def _input_kind(spec) -> tuple[str, str]:
     return ("input", spec.arg.name)
 
 
-def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
-    """Example values for every placeholder of the exported graph: trainable parameters and floating user inputs
-    require gradients (MindSpore may ask for either). With symbolic shapes (a dynamic batch), the exported graph's
-    own fake values, so that AOTAutograd traces the same symbols."""
+def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple, input_grads: bool):
+    """Example values for every placeholder of the exported graph: trainable parameters and, with `input_grads`,
+    floating user inputs require gradients (MindSpore may ask for either). With symbolic shapes (a dynamic batch),
+    the exported graph's own fake values, so that AOTAutograd traces the same symbols."""
     examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
     if any(isinstance(v, torch.Tensor) and has_symbols(v.shape) for v in examples):
-        return _symbolic_inputs(program, model, examples)
+        return _symbolic_inputs(program, model, examples, input_grads)
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
     user = iter(args)
@@ -163,20 +165,21 @@ def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple):
             value = program.constants[spec.target].detach().clone()
         else:
             value = next(user).detach().clone()
-            if value.is_floating_point() or value.is_complex():
+            if input_grads and (value.is_floating_point() or value.is_complex()):
                 value.requires_grad_(True)
         flat.append(value)
     return flat
 
 
-def _symbolic_inputs(program: ExportedProgram, model: torch.nn.Module, examples: list) -> list:
+def _symbolic_inputs(program: ExportedProgram, model: torch.nn.Module, examples: list, input_grads: bool) -> list:
     trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     flat = []
     with _fake_mode(examples):
         for spec, example in zip(program.graph_signature.input_specs, examples):
             value = example.detach().clone()
             wants_grad = (spec.target in trainable if spec.kind == InputKind.PARAMETER else
-                          spec.kind == InputKind.USER_INPUT and (value.is_floating_point() or value.is_complex()))
+                          input_grads and spec.kind == InputKind.USER_INPUT
+                          and (value.is_floating_point() or value.is_complex()))
             flat.append(value.requires_grad_(True) if wants_grad else value)
     return flat
 

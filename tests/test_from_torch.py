@@ -127,6 +127,39 @@ def test_fused_training_step_is_two_aot_calls(mode):
     assert 0 < aot_ops.program_seconds() - seconds < elapsed  # the launches' own time, inside the steps'
 
 
+def test_a_training_step_compiled_as_one_graph_trains_like_torch(fuse):
+    """GRAPH_MODE's idiom: forward, backward and the optimizer in one ms.jit function. BatchNorm's buffer updates
+    (Assign) run inside it; fused, a step still crosses into aot twice."""
+    torch.manual_seed(9)
+    model = WithLoss(ConvNet())
+    reference = copy.deepcopy(model)
+    data = batches((4, 3, 8, 8), count=4)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell = aot_ops.from_torch(model, data[0], fuse=fuse)
+        optimizer = msnn.SGD(cell.trainable_params(), learning_rate=LR)
+        grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
+
+        @ms.jit
+        def train_step(x, target):
+            loss, grads = grad_fn(x, target)
+            optimizer(grads)
+            return loss
+
+        losses = []
+        for k, (x, target) in enumerate(data):
+            programs = aot_ops.program_launches()
+            losses.append(float(train_step(to_ms(x), to_ms(target)).asnumpy()))
+            if fuse and k > 0:
+                assert aot_ops.program_launches() - programs == 2
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    expected = train_torch(reference, data)
+    for ours, theirs in zip(losses, expected):
+        assert abs(ours - theirs) <= 1e-4 * abs(theirs), (losses, expected)
+    assert_state_close(cell, reference)
+
+
 def test_fused_modes_agree_with_each_other_and_with_per_node():
     torch.manual_seed(7)
     model = TransformerClassifier()

@@ -4,7 +4,8 @@ entries from these declarations (the same code generator), and the NPU project c
 
 Each tiling function states what its kernel silently requires (kernels/ascendc/emulator/INVARIANTS.md: every copy a
 whole number of 32-B blocks, every queue's buffers within the Unified Buffer); a shape that breaks it runs the ATen
-fallback instead. The constants mirror the kernels' own (BUFFER_NUM, TILE_NUM, ...), named where they are used.
+fallback instead. The numbers mirror the kernels' own constants (buffers per queue, tiles per buffer, ...); each
+function's docstring says which.
 
 Imported by setup.py before anything is built: this module needs torch (the fallbacks' schemas), never MindSpore.
 """

@@ -32,6 +32,7 @@ _PROTOTYPES = {
     # the generic ATen entry (kernels/aten/generic/aten_op.cpp)
     "aot_ops_aten_launches": (_c_int64, [_c_int]),
     "aot_ops_aten_refusal": (_c_char_p, [_c_char_p, _c_int]),
+    "aot_ops_aten_call_refusal": (_c_char_p, [_c_char_p, _c_char_p, _c_int, ctypes.POINTER(_c_int)]),
     # the program entry (kernels/aten/generic/program.cpp)
     "aot_ops_program_launches": (_c_int64, []),
     "aot_ops_program_nanoseconds": (_c_int64, []),

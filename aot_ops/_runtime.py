@@ -53,6 +53,24 @@ def program_seconds() -> float:
     return _handle(str(library_path())).aot_ops_program_nanoseconds() * 1e-9
 
 
+def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
+                      allow_factories: bool = False) -> tuple[str, bool]:
+    """(why the generic ATen entry refuses this call, "" when it runs it; whether its inputs' dtypes can still
+    refuse it). `attrs`: the call's attributes as the kernel reads them (aten_op, aten_kinds, aten_arg_<i>, ...);
+    `input_dtypes`: MindSpore dtype names of its inputs (None for a None input), or None when not known yet. The
+    policy and the call rules are the kernel's own (kernels/aten/generic/aten_plan.h)."""
+    import ctypes
+
+    from ._bundled import library_path
+    from ._packed_attrs import pack
+
+    lib = _handle(str(library_path()))
+    dtypes = None if input_dtypes is None else ",".join(d or "" for d in input_dtypes).encode()
+    checks = ctypes.c_int(0)
+    why = lib.aot_ops_aten_call_refusal(pack(attrs).encode(), dtypes, int(allow_factories), ctypes.byref(checks))
+    return why.decode("utf-8", "replace"), bool(checks.value)
+
+
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""

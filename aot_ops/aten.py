@@ -64,7 +64,7 @@ class OpPacket:
         return f"aten operator with overloads:\n{_schema.describe_schema(self._packet)}"
 
 
-def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
+def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0, **fixed: _typing.Any):
     """A ready MindSpore operator (an AotOp) for `name` ("aten::layer_norm" or "aten::add.Tensor") with the
     non-tensor arguments fixed now; call it with the remaining tensor arguments, in schema order.
 
@@ -78,6 +78,10 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
     - `out_shapes`/`out_dtypes`: the outputs' shapes (ints or aten.size expressions) and torch dtypes, when you
       know them: MindSpore then infers shapes in C++, which GRAPH_MODE needs for inputs with dynamic shapes
       (`cell.set_inputs(Tensor(shape=[None, ...]))`).
+    - `shape_inputs=k` (with `out_shapes`): the last k tensors given at call time only lend their shapes to size
+      expressions, numbered after the operator's own tensors: `aten.op("aten::arange", end=aten.size(0, 1),
+      out_shapes=[[aten.size(0, 1)]], out_dtypes=[torch.int64], shape_inputs=1)(input_ids)` is
+      torch.arange(input_ids.shape[1]) for every sequence length.
 
     The same (operator, arguments) gives the same cached operator, so a training loop does not rebuild it."""
     overload = _schema.overload_for(name)
@@ -93,7 +97,7 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, **fixed: _typing.Any):
         except TypeError as exc:
             errors.append(f"  {candidate._schema}: {exc}")
             continue
-        operator, _ = _operator.operator_for(call, out_shapes, out_dtypes)
+        operator, _ = _operator.operator_for(call, out_shapes, out_dtypes, shape_inputs)
         return operator
     raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
 

@@ -76,8 +76,31 @@ CASES = [
     Case("aten::transpose.int", {"dim0": 0, "dim1": 1}, lambda: [f64(3, 4)], lambda x: x.transpose(0, 1)),
     Case("aten::clamp", {"min": -0.5, "max": 0.5}, lambda: [f64(3, 4)], lambda x: torch.clamp(x, -0.5, 0.5)),
     Case("aten::pow.Tensor_Scalar", {"exponent": 3}, lambda: [f64(3, 4)], lambda x: torch.pow(x, 3)),
+    # Tagged random or value-sized, but this call is neither (the call decides, not the tag): integer indices,
+    # attention without dropout, one_hot with num_classes, repeat_interleave with output_size, dropout in eval.
+    Case("aten::index.Tensor", {"indices": [aten.INPUT, None, aten.INPUT]},
+         lambda: [f64(5, 3, 4), index(5, 2, 3), index(4, 2, 3, seed=1)],
+         lambda x, i, j: torch.ops.aten.index.Tensor(x, [i, None, j])),
+    Case("aten::scaled_dot_product_attention", {"scale": 0.3},
+         lambda: [f64(2, 3, 5, 8), f64(2, 3, 6, 8, seed=1), f64(2, 3, 6, 8, seed=2), f64(5, 6, seed=3)],
+         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3)),
+    Case("aten::scaled_dot_product_attention", {"attn_mask": None, "is_causal": True, "enable_gqa": True},
+         lambda: [f64(2, 4, 5, 8), f64(2, 2, 5, 8, seed=1), f64(2, 2, 5, 8, seed=2)],
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)),
+    Case("aten::scaled_dot_product_attention", {},
+         lambda: [f64(2, 3, 5, 8), f64(2, 3, 5, 8, seed=1), f64(2, 3, 5, 8, seed=2),
+                  torch.ones(5, 5, dtype=torch.bool).tril()],
+         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
+    Case("aten::_scaled_dot_product_flash_attention_for_cpu", {"dropout_p": 0.0, "is_causal": True},
+         lambda: [f64(2, 3, 5, 8), f64(2, 3, 5, 8, seed=1), f64(2, 3, 5, 8, seed=2)],
+         lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)),
+    Case("aten::one_hot", {"num_classes": 6}, lambda: [index(6, 3, 2)], lambda i: F.one_hot(i, 6), gradient=False),
+    Case("aten::repeat_interleave.Tensor", {"output_size": 6}, lambda: [torch.tensor([1, 2, 3])],
+         lambda r: torch.repeat_interleave(r, output_size=6), gradient=False),
+    Case("aten::dropout", {"p": 0.5, "train": False}, lambda: [f64(3, 4)], lambda x: F.dropout(x, 0.5, False)),
 ]
-IDS = [c.name.split("::")[1] for c in CASES]
+IDS = [c.name.split("::")[1] + (f"_{k}" if k else "")
+       for c, k in zip(CASES, [sum(d.name == c.name for d in CASES[:i]) for i, c in enumerate(CASES)])]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -185,6 +208,34 @@ def test_wrong_arguments_show_the_schema():
 def test_operators_that_are_not_tensor_to_tensor_are_refused_at_creation(name, why):
     with pytest.raises((ValueError, AttributeError, TypeError), match=why):
         aten.op(name)
+    assert_next_call_works()
+
+
+@pytest.mark.parametrize("name,fixed,why", [
+    ("aten::scaled_dot_product_attention", {"dropout_p": 0.1},
+     r"it draws random numbers, which cannot match torch \(dropout_p > 0.*with dropout_p=0 .* it is bridged\)"),
+    ("aten::dropout", {"p": 0.5, "train": True}, "it draws random numbers"),
+    ("aten::one_hot", {}, r"its output size depends on the input values \(num_classes=-1 .*give num_classes\)"),
+    ("aten::repeat_interleave.Tensor", {}, r"its output size depends on the input values \(give output_size\)"),
+])
+def test_calls_that_draw_random_numbers_or_size_by_values_are_refused_at_creation(name, fixed, why):
+    with pytest.raises(ValueError, match=f"{name} cannot be bridged: {why}"):
+        aten.op(name, **fixed)
+    assert_next_call_works()
+
+
+def test_a_boolean_index_is_refused_when_its_dtype_is_known(mode):
+    """index.Tensor is made without knowing its indices' dtype; the output inference, which sees it, refuses a
+    mask (a boolean index sizes its result by its values), and integer indices keep working."""
+    op = aten.op("aten::index.Tensor", indices=[aten.INPUT])
+    x = f64(5, 3)
+    with pytest.raises(ValueError, match=r"aten::index.Tensor cannot be bridged: its output size depends on the input "
+                                         r"values \(a boolean index selects as many elements"):
+        run_forward(op, [x, x[:, 0] > 0])
+    (y,) = run_forward(op, [x, index(5, 4)])
+    assert_same(y, x[index(5, 4)])
+    with pytest.raises(ValueError, match="a boolean index"):
+        aten.index(to_ms(x), [to_ms(x[:, 0] > 0)])
     assert_next_call_works()
 
 

@@ -62,12 +62,15 @@ def input_flags(call: BoundCall) -> list[bool]:
 
 
 def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = None,
-                 out_dtypes: Sequence[torch.dtype] | None = None) -> tuple[AotOp | OptionalInputs, list[Any]]:
+                 out_dtypes: Sequence[torch.dtype] | None = None,
+                 shape_inputs: int = 0) -> tuple[AotOp | OptionalInputs, list[Any]]:
     """(the operator, its tensor inputs in order) for a bound call; the operator is created once per distinct
     overload and non-tensor arguments.
 
     `out_shapes`/`out_dtypes`: the outputs, when known beforehand (sizes may be expressions of input shapes):
     MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
+    `shape_inputs`: that many more tensors follow the call's own at call time, only to lend their shapes to size
+    expressions (aten.size(i, d) numbers them after the call's tensors); they need `out_shapes`.
     """
     try:
         attrs, inputs, key = encode(call)
@@ -81,11 +84,19 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         if len(out_shapes) != len(out_dtypes):
             raise TypeError(f"{call.qualified_name}: {len(out_shapes)} output shapes but {len(out_dtypes)} dtypes")
         key = key + (("out", repr(out_shapes), tuple(out_dtypes)),)
+    if shape_inputs:
+        if out_shapes is None or attrs["aten_num_inputs"] < 0:
+            raise TypeError(f"{call.qualified_name}: shape_inputs needs out_shapes, and no tensor list left for call "
+                            "time")
+        attrs = dict(attrs, aten_shape_inputs=int(shape_inputs), aten_num_inputs=len(inputs) + int(shape_inputs))
+        key = key + (("shape_inputs", int(shape_inputs)),)
     cache_key = (call.qualified_name, key)
     op = _operators.get(cache_key)
     if op is None:
-        check_in_scope(call.overload)  # asked once per operator made: the functional form calls this every time
-        op = _make_operator(call, attrs, len(inputs), key, out_shapes, out_dtypes)
+        # Asked once per operator made (the functional form calls this every time); the inputs' dtypes, where they
+        # can refuse the call (a boolean index), are judged again by the output inference, per dtypes.
+        checks_dtypes = check_in_scope(call, attrs)
+        op = _make_operator(call, attrs, len(inputs) + shape_inputs, key, out_shapes, out_dtypes, checks_dtypes)
         if op.num_inputs is not None and op.min_inputs < op.num_inputs:
             op = OptionalInputs(op, op.num_inputs)
         _operators[cache_key] = op
@@ -96,7 +107,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     return op, inputs
 
 
-def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes, out_dtypes) -> AotOp:
+def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes, out_dtypes,
+                   checks_dtypes: bool = False) -> AotOp:
     name = call.qualified_name
     attrs = dict(attrs, aten_op=name, aten_out_op=out_variant(call.overload))
     identity = f"{name}{key!r}"
@@ -107,7 +119,7 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
     if call_time_list and input_flags(call):
         raise TypeError(f"{name}: with a tensor list left for call time, give every other tensor argument when "
                         "making the operator")
-    optional = input_flags(call)
+    optional = input_flags(call) + [False] * attrs.get("aten_shape_inputs", 0)
     required = len(optional) - list(reversed(optional)).index(False) if False in optional else 0
 
     if out_shapes is not None:
@@ -122,6 +134,8 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         make_bprop = inputs_then_cotangent if len(out_shapes) == 1 else inputs_then_cotangents
     else:
         def forward_meta(*tensors):
+            if checks_dtypes:
+                check_in_scope(call, attrs, tensors)
             args, kwargs = _substitute(call, tensors)
             return call.overload(*args, **kwargs)
 

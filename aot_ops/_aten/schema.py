@@ -155,17 +155,27 @@ def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: di
                     + "\n".join(errors))
 
 
-def check_in_scope(overload: torch._ops.OpOverload, factories: bool = False) -> None:
-    """Refuses, when the operator is created, what the generic ATen entry does not run (its own policy, asked in
-    C++). `factories`: accept operators that take no tensor (from_torch computes those with constant arguments
-    once, as constants)."""
-    from .. import _runtime
+def check_in_scope(call: BoundCall, attrs: dict, inputs: Sequence[Any] | None = None,
+                   factories: bool = False) -> bool:
+    """Refuses what the generic ATen entry does not run, judged by the call, not the operator's name: the kernel's
+    own policy (asked in C++), then the call's arguments (index with integer indices and scaled_dot_product_attention
+    with dropout_p=0 run; a boolean index and dropout_p > 0 do not). `attrs`: the call's encoding (encode.encode);
+    `inputs`: its tensors (anything with a dtype; None for a None input), or None before they are known.
+    `factories`: accept operators that take no tensor (from_torch computes those with constant arguments once, as
+    constants). Returns whether the inputs' dtypes can still refuse the call (ask again with them)."""
+    from .. import _dtypes, _runtime
 
-    schema = overload._schema
-    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
-    why = _runtime.aten_refusal(name, factories)
+    def name(t) -> str | None:
+        dtype = getattr(t, "dtype", None)
+        if dtype is None:
+            return None
+        return _dtypes.ms_name(dtype if isinstance(dtype, torch.dtype) else _dtypes.to_torch(dtype))
+
+    dtypes = None if inputs is None else [name(t) for t in inputs]
+    why, checks_dtypes = _runtime.aten_call_refusal(dict(attrs, aten_op=call.qualified_name), dtypes, factories)
     if why:
-        raise ValueError(f"{name} cannot be bridged: {why}")
+        raise ValueError(f"{call.qualified_name} cannot be bridged: {why}")
+    return checks_dtypes
 
 
 @functools.lru_cache(maxsize=None)

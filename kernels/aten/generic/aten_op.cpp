@@ -232,6 +232,44 @@ extern "C" MS_EXT_EXPORT const char *aot_ops_aten_refusal(const char *qualified,
   return answer.c_str();
 }
 
+// Why the bridge refuses this call ("" when it runs it): the operator's policy, then the call's own arguments
+// (CallRule: dropout_p, integer indices). `packed_attrs` are the call's attributes as aot_ops encodes them, packed
+// (ms_ext::Attrs::unpack); `input_dtypes` the MindSpore dtype names of its inputs, comma-separated ("" for a None
+// input), or NULL when unknown (the operator is made before it is called: its inference asks again with them).
+// `*checks_dtypes` is set to whether the inputs' dtypes can still refuse the call. Malformed attributes are
+// refused too, with the kernel's own words.
+extern "C" MS_EXT_EXPORT const char *aot_ops_aten_call_refusal(const char *packed_attrs, const char *input_dtypes,
+                                                              int allow_factories, int *checks_dtypes) {
+  thread_local std::string answer;
+  answer.clear();
+  *checks_dtypes = 0;
+  try {
+    const ms_ext::Attrs attrs = ms_ext::Attrs::unpack(packed_attrs);
+    const AtenPlan plan(attrs, allow_factories != 0);
+    for (const Arg &arg : plan.args) *checks_dtypes = *checks_dtypes || arg.integer_only;
+    if (input_dtypes != nullptr && *checks_dtypes) {
+      std::vector<std::optional<at::ScalarType>> dtypes;
+      std::string text = input_dtypes;
+      for (size_t start = 0; start <= text.size();) {
+        const size_t end = std::min(text.find(',', start), text.size());
+        const std::string name = text.substr(start, end - start);
+        dtypes.push_back(name.empty() ? std::nullopt
+                                      : std::optional<at::ScalarType>(ms_ext::scalar_type_from_ms(name.c_str())));
+        start = end + 1;
+      }
+      const CallLayout layout = plan.layout(static_cast<int>(dtypes.size()));
+      answer = plan.value_refusal(layout, [&](int64_t i) {
+        return i < static_cast<int64_t>(dtypes.size()) ? dtypes[i] : std::nullopt;
+      });
+    }
+  } catch (const Refused &refused) {
+    answer = refused.reason;
+  } catch (...) {
+    answer = ms_ext::detail::describe_current_exception();
+  }
+  return answer.c_str();
+}
+
 extern "C" MS_EXT_EXPORT int64_t aot_ops_aten_launches(int backward) {
   return g_launches[backward != 0 ? 1 : 0].load(std::memory_order_relaxed);
 }

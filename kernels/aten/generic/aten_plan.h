@@ -65,6 +65,8 @@ struct Arg {
   std::vector<int64_t> inputs;     // Tensor, TensorList, OptionalTensorList: input indices
   std::vector<aten_bridge::SizeExpr> sizes;  // SymInt, SymIntList
   bool optional = false;           // the schema accepts None for it
+  bool integer_only = false;       // its tensors must have integer dtypes (CallRule's IntegerTensors, checked
+                                   // when the stack is built: the dtypes are known at launch only)
 };
 
 inline c10::OperatorHandle find_operator(const std::string &qualified) {
@@ -88,18 +90,84 @@ inline bool is_tensor_argument(const c10::Argument &arg) {
   return is_tensor_type(type);
 }
 
-// Why the bridge does not run this operator ("" when it does): the one policy for every ATen call, whether it
-// comes from aot_ops (which asks through aot_ops_aten_refusal before making an operator) or from a hand-written
-// primitive with these attributes. The bridge runs functional ATen operators from tensors to tensors:
+inline std::string qualified_name(const c10::FunctionSchema &schema) {
+  return schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+}
+
+// Operators tagged random or value-sized whose calls can still be run exactly. The tag says what the operator MAY
+// do; the call says whether it does: `index` with integer indices has the indices' shape (only a boolean mask
+// sizes its result by its values), scaled_dot_product_attention with dropout_p = 0 draws nothing. A call of such
+// an operator runs when one of its conditions holds.
+enum class Holds {
+  Zero,            // a float argument is 0
+  False,           // a bool argument is false (not None)
+  Given,           // an optional argument is given (not None)
+  NonNegative,     // an int argument is >= 0
+  IntegerTensors,  // every tensor of the argument has an integer dtype (bool and uint8 are masks): known at launch
+};
+struct CallCondition {
+  const char *argument;
+  Holds holds;
+};
+struct CallRule {
+  std::vector<const char *> ops;
+  std::vector<CallCondition> any_of;
+  const char *otherwise;  // what the call does when no condition holds, and what runs instead
+};
+
+inline const std::vector<CallRule> &call_rules() {
+  static const std::vector<CallRule> rules = {
+      {{"aten::index.Tensor"},
+       {{"indices", Holds::IntegerTensors}},
+       "a boolean index selects as many elements as it holds True values; integer indices are bridged"},
+      {{"aten::repeat_interleave.Tensor"}, {{"output_size", Holds::Given}}, "give output_size"},
+      {{"aten::one_hot"}, {{"num_classes", Holds::NonNegative}}, "num_classes=-1 counts the classes: give num_classes"},
+      {{"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_attention_math"},
+       {{"dropout_p", Holds::Zero}},
+       "dropout_p > 0: attention dropout in training; with dropout_p=0 (or in evaluation) it is bridged"},
+      {{"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+        "aten::native_dropout"},
+       {{"p", Holds::Zero}, {"train", Holds::False}},
+       "dropout with p > 0 in training"},
+      {{"aten::rrelu"}, {{"training", Holds::False}}, "rrelu in training draws its slopes"},
+      {{"aten::lstm.input", "aten::lstm.data", "aten::gru.input", "aten::gru.data", "aten::rnn_tanh.input",
+        "aten::rnn_tanh.data", "aten::rnn_relu.input", "aten::rnn_relu.data"},
+       {{"dropout", Holds::Zero}, {"train", Holds::False}},
+       "dropout between layers in training"},
+  };
+  return rules;
+}
+
+inline const CallRule *call_rule_of(const std::string &qualified) {
+  for (const CallRule &rule : call_rules())
+    for (const char *op : rule.ops)
+      if (qualified == op) return &rule;
+  return nullptr;
+}
+
+// The refusal a tag gives an operator, before its call is looked at ("" for no such tag).
+inline std::string tag_refusal(const c10::OperatorHandle &op) {
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) return "it draws random numbers, which cannot match torch";
+  if (op.hasTag(at::Tag::dynamic_output_shape)) return "its output size depends on the input values";
+  return "";
+}
+
+// Why the bridge does not run this operator ("" when it does, or when its call decides: see CallRule): the one
+// policy for every ATen call, whether it comes from aot_ops (which asks through aot_ops_aten_call_refusal before
+// making an operator) or from a hand-written primitive with these attributes. The bridge runs functional ATen
+// operators from tensors to tensors:
 // - aten:: only (another namespace may hold anything: prims::, a user library);
 // - nothing that writes into its arguments (in-place and out= overloads would change MindSpore's input buffers);
-// - no random operators (their numbers cannot match torch), no output sizes that depend on input values;
+// - no random numbers (they cannot match torch), no output sizes that depend on input values;
 // - tensor results only, and at least one tensor argument (a factory such as from_file reads files).
 inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories) {
   const c10::FunctionSchema &schema = op.schema();
   if (schema.name().rfind("aten::", 0) != 0) return "it is not an ATen operator (only aten:: operators are bridged)";
-  if (op.hasTag(at::Tag::nondeterministic_seeded)) return "it draws random numbers, which cannot match torch";
-  if (op.hasTag(at::Tag::dynamic_output_shape)) return "its output size depends on the input values";
+  if (!call_rule_of(qualified_name(schema))) {
+    const std::string tagged = tag_refusal(op);
+    if (!tagged.empty()) return tagged;
+  }
   if (op.hasTag(at::Tag::data_dependent_output))
     return "its output depends on the input values in a way that cannot be inferred";
   if (schema.is_mutable()) return "it modifies its arguments (use the functional overload)";
@@ -115,6 +183,17 @@ inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factorie
   if (!takes_tensor && !allow_factories) return "it takes no tensor (a factory function)";
   if (schema.name() == "aten::from_file") return "it reads a file";
   return "";
+}
+
+// A refusal of the bridge's policy (the operator, or this call of it), as opposed to a malformed call.
+struct Refused : std::invalid_argument {
+  std::string reason;
+  Refused(const std::string &message, std::string why) : std::invalid_argument(message), reason(std::move(why)) {}
+};
+
+// A boolean or uint8 tensor where integer indices are required (Holds::IntegerTensors).
+inline bool is_mask(const at::Tensor &t) {
+  return t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte);
 }
 
 // Whether `out` is the out= overload of `op`: the same operator, the same arguments, then one out tensor per
@@ -156,11 +235,15 @@ struct AtenPlan {
   std::vector<Arg> args;
   int list_start = -1;  // input index of the call-time tensor list, if any
   int fixed_inputs = 0; // inputs besides the call-time list
+  // The last inputs that only lend their shapes to size expressions (a factory sized by a dimension of the
+  // network's input, run as its own operator: torch.arange(x.shape[1])); no argument takes them.
+  int shape_inputs = 0;
   std::optional<aten_bridge::ShapeExprs> out_shapes;
   // Some out= kernels write intermediate results into `out` at another shape (mse_loss.out computes the
   // elementwise loss in it before reducing). Into MindSpore's fixed-size buffer that fails at the resize, before
   // anything is written; the plan then uses the functional overload from that call on.
   mutable std::atomic<bool> out_op_resizes{false};
+  std::string value_refusal_text;  // the refusal of a call whose tensors fail an IntegerTensors condition
 
   // `allow_factories`: a program's node may create a tensor from sizes alone (an RNN's zero initial state sized by
   // the batch), a lone operator may not (AtenOp runs what its attributes name; see refusal_of).
@@ -168,17 +251,36 @@ struct AtenPlan {
       : name(attrs.get<std::string>("aten_op")) {
     try {
       parse(attrs, allow_factories);
+    } catch (const Refused &refused) {
+      throw Refused(name + ": " + refused.what(), refused.reason);
     } catch (...) {  // the operator's name first: these errors surface as the kernel's (AtenOp) initialisation
       throw std::invalid_argument(name + ": " + ms_ext::detail::describe_current_exception());
     }
+  }
+
+  // The refusal of a call whose tensors have these dtypes (CallRule's IntegerTensors); "" when it runs. An input
+  // whose dtype is unknown (nullopt) is not judged here: the launch judges it.
+  template <typename DtypeOf>
+  std::string value_refusal(const CallLayout &layout, DtypeOf dtype_of) const {
+    for (const Arg &arg : args) {
+      if (!arg.integer_only) continue;
+      for (int64_t i : arg.inputs) {
+        if (i < 0) continue;
+        const std::optional<at::ScalarType> type = dtype_of(layout.input_index(i));
+        if (type && (*type == at::kBool || *type == at::kByte)) return value_refusal_text;
+      }
+    }
+    return "";
   }
 
   void parse(const ms_ext::Attrs &attrs, bool allow_factories) {
     if (name.rfind("aten::", 0) != 0)
       throw std::invalid_argument("cannot be bridged: it is not an ATen operator (only aten:: operators are bridged)");
     op = find_operator(name);
-    const std::string refused = refusal_of(*op, allow_factories);
-    if (!refused.empty()) throw std::invalid_argument("cannot be bridged: " + refused);
+    shape_inputs = static_cast<int>(attrs.get<int64_t>("aten_shape_inputs", 0));
+    // A factory sized by another input's shape (shape_inputs) is a tensor -> tensor operator like any other.
+    const std::string refused = refusal_of(*op, allow_factories || shape_inputs > 0);
+    if (!refused.empty()) throw Refused("cannot be bridged: " + refused, refused);
     const std::string out_name = attrs.get<std::string>("aten_out_op", "");
     if (!out_name.empty()) {
       out_op = find_operator(out_name);
@@ -188,6 +290,8 @@ struct AtenPlan {
                                     mismatch);
     }
     num_inputs = static_cast<int>(attrs.get<int64_t>("aten_num_inputs"));
+    if (shape_inputs < 0 || (shape_inputs > 0 && num_inputs < shape_inputs))
+      throw std::invalid_argument("aten_shape_inputs must be between 0 and aten_num_inputs");
     num_outputs = static_cast<int>(attrs.get<int64_t>("aten_num_outputs", -1));
     const std::vector<int64_t> kinds = attrs.get<std::vector<int64_t>>("aten_kinds");
     const auto &schema_args = op->schema().arguments();
@@ -204,6 +308,7 @@ struct AtenPlan {
         for (int64_t input : args.back().inputs) fixed_inputs += input >= 0 ? 1 : 0;
       }
     }
+    apply_call_rule();
     if ((num_inputs < 0) != (list_start >= 0) || (num_inputs < 0 && num_outputs < 0))
       throw std::invalid_argument("aten_num_inputs is -1 exactly when a tensor list is given at call time, "
                                   "and aten_num_outputs must then be set");
@@ -212,6 +317,36 @@ struct AtenPlan {
       if (num_outputs < 0) throw std::invalid_argument("aten_out_shapes needs aten_num_outputs");
       out_shapes.emplace(attrs.get<std::string>("aten_out_shapes"), num_outputs);
     }
+  }
+
+  // An operator its tags refuse runs when its call satisfies one condition of its CallRule. Conditions on tensors'
+  // dtypes cannot be judged from the attributes: they mark their argument, and the launch judges them.
+  void apply_call_rule() {
+    const CallRule *rule = call_rule_of(name);
+    if (!rule) return;
+    const std::string why = tag_refusal(*op) + " (" + rule->otherwise + ")";
+    const auto &arguments = op->schema().arguments();
+    bool holds = false;
+    for (const CallCondition &condition : rule->any_of) {
+      size_t a = 0;
+      while (a < arguments.size() && arguments[a].name() != condition.argument) ++a;
+      if (a == arguments.size()) throw std::logic_error(std::string("the call rule names no argument ") + condition.argument);
+      const c10::IValue &value = args[a].constant;
+      switch (condition.holds) {
+        case Holds::Zero: holds = holds || (value.isDouble() && value.toDouble() == 0.0); break;
+        case Holds::False: holds = holds || (value.isBool() && !value.toBool()); break;
+        case Holds::Given: holds = holds || args[a].kind != ArgKind::None; break;
+        case Holds::NonNegative:
+          holds = holds || (value.isInt() && value.toInt() >= 0) || args[a].kind == ArgKind::SymInt;
+          break;
+        case Holds::IntegerTensors:
+          args[a].integer_only = true;
+          value_refusal_text = why;
+          holds = true;
+          break;
+      }
+    }
+    if (!holds) throw Refused("cannot be bridged: " + why, why);
   }
 
   // Each input MindSpore passes is an argument of the operator, once or more: an input no argument takes is a
@@ -225,10 +360,14 @@ struct AtenPlan {
                                       std::to_string(num_inputs));
         if (input >= 0) used[input] = true;
       }
-    for (int i = 0; i < num_inputs; ++i)
+    for (int i = 0; i < num_inputs - shape_inputs; ++i)
       if (!used[i])
         throw std::invalid_argument("input " + std::to_string(i) + " is not an argument of the operator (" +
                                     std::to_string(num_inputs) + " inputs given)");
+    for (int i = num_inputs - shape_inputs; i < num_inputs; ++i)
+      if (used[i])
+        throw std::invalid_argument("input " + std::to_string(i) + " lends its shape only (aten_shape_inputs), "
+                                    "but an argument takes it");
   }
 
   static Arg decode(const ms_ext::Attrs &attrs, size_t i, ArgKind kind) {
@@ -341,6 +480,7 @@ struct AtenPlan {
       switch (arg.kind) {
         case ArgKind::Tensor: {
           at::Tensor t = tensor(layout.input_index(arg.inputs[0]));
+          if (arg.integer_only && is_mask(t)) throw Refused("cannot be bridged: " + value_refusal_text, value_refusal_text);
           if (!t.defined() && !arg.optional)
             throw std::invalid_argument("argument '" + arguments[a].name() + "' is None, but " + name +
                                         " needs a tensor there");
@@ -352,6 +492,9 @@ struct AtenPlan {
           c10::List<at::Tensor> list;
           if (arg.kind == ArgKind::TensorList) {
             for (int64_t i : arg.inputs) list.push_back(defined_tensor(tensor(layout.input_index(i)), a));
+            for (const at::Tensor &t : list)
+              if (arg.integer_only && is_mask(t))
+                throw Refused("cannot be bridged: " + value_refusal_text, value_refusal_text);
           } else {
             for (int k = 0; k < layout.list_length; ++k) list.push_back(defined_tensor(tensor(layout.list_start + k), a));
           }
@@ -362,6 +505,8 @@ struct AtenPlan {
           c10::List<std::optional<at::Tensor>> list;
           for (int64_t i : arg.inputs) {
             at::Tensor t = i < 0 ? at::Tensor() : tensor(layout.input_index(i));
+            if (arg.integer_only && is_mask(t))
+              throw Refused("cannot be bridged: " + value_refusal_text, value_refusal_text);
             list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::optional<at::Tensor>());
           }
           s.emplace_back(list);

@@ -420,17 +420,18 @@ def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse):
     assert_gradients_at_batch_sizes(cell, model, example, (3, 5))
 
 
-@pytest.mark.parametrize("make,shape,node", [(LSTMNet, (4, 7, 12), "zeros"), (MemoryNet, (4, 7, 12), "expand")],
+@pytest.mark.parametrize("make,shape", [(LSTMNet, (4, 7, 12)), (MemoryNet, (4, 7, 12))],
                          ids=["LSTM-zero-state", "MemoryNet"])
-def test_dynamic_batch_sizes_from_other_inputs_need_fuse(make, shape, node, mode):
+def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse):
     # A zero initial state sized by the batch (no tensor input), a parameter expanded to the batch: one program
-    # reads every input's shape; an operator per node cannot, and says so.
+    # reads every input's shape; an operator per node takes the input whose shape shows the batch along, for its
+    # shape only (aten.op's shape_inputs).
     torch.manual_seed(10)
     model = WithLoss(make())
     example = batches(shape, count=1)[0]
-    with pytest.raises(aot_ops.PortError, match=rf"node '{node}' .*port with fuse=True"):
-        aot_ops.from_torch(model, example, dynamic_batch=True)
-    cell = aot_ops.from_torch(model, example, dynamic_batch=True, fuse=True)
+    cell = aot_ops.from_torch(model, example, dynamic_batch=True, fuse=fuse)
+    if not fuse:
+        assert "shape_inputs=1" in open(cell.source_file).read()
     assert_gradients_at_batch_sizes(cell, model, lambda b, seed: batches((b, *shape[1:]), count=1, seed=seed)[0],
                                     (3, 5))
 
@@ -640,8 +641,11 @@ def test_unsupported_dtype_is_refused():
 
 
 def test_non_tensor_arguments_are_refused():
-    with pytest.raises(TypeError, match="argument 1 is a int; give example tensors only"):
+    with pytest.raises(TypeError, match="argument 1 is a int; give tensors as positional arguments, and other values "
+                                        "as keyword arguments"):
         aot_ops.from_torch(ConcatNet(), (torch.randn(2, 12), 3))
+    with pytest.raises(TypeError, match="keyword argument 'scale' is a object"):
+        aot_ops.from_torch(ConcatNet(), (torch.randn(2, 12),), {"scale": object()})
 
 
 def test_fused_dynamic_batch_computes_sizes_no_node_input_shows(mode):

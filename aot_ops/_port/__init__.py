@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections import Counter
@@ -22,24 +23,32 @@ import torch
 from .cell import PortedCell, PortSpec, StateEntry, Structure
 from .codegen import generate
 from .errors import PortError
-from .export import export
+from .export import CACHE_ADVICE, Inputs, export
 from .graph import Graph, read
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 
 
-def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor, *, dynamic_batch: bool = False,
-               dynamic_shapes: Any = None, fuse: bool = False, input_grads: bool = True) -> PortedCell:
-    """Ports `model` to a mindspore.nn.Cell computing what model(*args) computes.
+def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
+               kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
+               fuse: bool = False, input_grads: bool = True) -> PortedCell:
+    """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
-    - `args`: example tensors, as for torch.export; the cell is called with MindSpore tensors of the same shapes
-      and dtypes (any size along dimension 0 with `dynamic_batch=True`, or as `dynamic_shapes` says, in
-      torch.export's format). A call with other shapes is an error naming the expected and given shapes.
+    - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
+      then the tensor kwargs), named as the module's parameters (`cell(input_ids, attention_mask=mask)` works);
+      other keyword values (`use_cache=False`, `return_dict=True`) are fixed into the port, as torch.export fixes
+      them. The cell is called with MindSpore tensors of the same shapes and dtypes (any size along dimension 0
+      with `dynamic_batch=True`, or as `dynamic_shapes` says, in torch.export's format). A call with other shapes
+      is an error naming the expected and given shapes.
+    - Outputs keep the module's structure: tensors, tuples, lists, dicts, and Hugging Face `ModelOutput`s (called
+      from Python the cell returns the same ModelOutput class holding MindSpore tensors; inside another MindSpore
+      graph, a dict with the same keys).
     - Parameters become mindspore.Parameters named after the state_dict keys, trainable as in torch; buffers become
       non-trainable Parameters, updated as torch updates them (BatchNorm's running statistics).
     - `cell.set_train(True/False)` switches between the module's training and evaluation behaviour; the cell starts
-      in the mode the module is in. Dropout with p > 0 cannot run in training mode (random numbers cannot match
-      torch): such a module is ported for evaluation only, or refused if it is in training mode.
+      in the mode the module is in. Random numbers cannot match torch: dropout with p > 0 (nn.Dropout, attention
+      dropout) cannot run in training mode, so such a module is ported for evaluation only, or refused if it is in
+      training mode.
     - `cell.load_torch_state_dict(sd)` / `cell.torch_state_dict()` move weights between the two frameworks.
     - `cell.source_file` is the generated source (one aten.op per torch node); print(cell) shows the structure.
     - `fuse=True`: the whole forward graph runs as ONE aot call and its backward (from torch's AOTAutograd) as
@@ -56,20 +65,22 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     for k, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
-            raise TypeError(f"from_torch: argument {k} is a {type(a).__name__}; give example tensors only (bind other "
-                            "arguments in a wrapper module)")
+            raise TypeError(f"from_torch: argument {k} is a {type(a).__name__}; give tensors as positional "
+                            "arguments, and other values as keyword arguments (kwargs=...), which are fixed")
+    tensor_kwargs, fixed_kwargs = _split_kwargs(kwargs or {})
     if dynamic_batch and dynamic_shapes is not None:
         raise TypeError("from_torch: give dynamic_batch or dynamic_shapes, not both")
     if dynamic_batch:
-        batch = torch.export.Dim("batch")
-        dynamic_shapes = tuple({0: batch} if a.dim() > 0 else None for a in args)
+        dynamic_shapes = _batch_dimensions(model, args, tensor_kwargs)
     name = type(model).__name__
+    inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
+    args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
 
-    programs = {"eval": export(model, args, dynamic_shapes, training=False)}
+    programs = {"eval": export(model, inputs, dynamic_shapes, training=False)}
     graphs: dict[str, Graph] = {"eval": read(programs["eval"], graph_shapes=fuse)}
     refused_training = None
     try:
-        programs["train"] = export(model, args, dynamic_shapes, training=True)
+        programs["train"] = export(model, inputs, dynamic_shapes, training=True)
         graphs["train"] = read(programs["train"], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
@@ -106,6 +117,44 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
 
 
 _MODE_LABELS = {"train": "training", "eval": "evaluation", "both": "training and evaluation"}
+
+
+_FIXED_TYPES = (bool, int, float, str, type(None))
+
+
+def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensor keyword arguments: inputs of the cell, other keyword arguments: fixed into the port)."""
+    tensors, fixed = {}, {}
+    for key, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+        elif isinstance(value, _FIXED_TYPES) or (isinstance(value, (tuple, list)) and
+                                                 all(isinstance(v, _FIXED_TYPES) for v in value)):
+            fixed[key] = value
+        elif type(value).__module__.startswith("transformers.cache_utils"):
+            raise PortError(f"from_torch: keyword argument '{key}': {CACHE_ADVICE}")
+        else:
+            raise TypeError(f"from_torch: keyword argument '{key}' is a {type(value).__name__}; give tensors (inputs "
+                            "of the cell) or numbers, strings, bools and None (fixed into the port)")
+    return tensors, fixed
+
+
+def _batch_dimensions(model: torch.nn.Module, args: tuple, kwargs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """torch.export's dynamic_shapes for a dynamic dimension 0 of every tensor input (0-dim ones stay static),
+    keyed by the names of forward's parameters the inputs bind to (a **kwargs parameter gets a dict)."""
+    batch = torch.export.Dim("batch")
+
+    def spec(value):
+        if isinstance(value, torch.Tensor):
+            return {0: batch} if value.dim() > 0 else None
+        if isinstance(value, dict):
+            return {k: spec(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(spec(v) for v in value)
+        return None
+
+    bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    return {name: spec(value) for name, value in bound.arguments.items()}
 
 
 def _same(a: Graph, b: Graph) -> bool:

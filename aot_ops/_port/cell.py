@@ -116,27 +116,54 @@ class PortedCell(nn.Cell):
         self.assign = ops.Assign()
         for mode, operators in self.make_operators().items():
             setattr(self, f"ops_{mode}", operators)
-        if any(d is None for i in spec.inputs for d in i.shape):
-            # One compiled GRAPH_MODE graph for every batch size; PyNative runs any shape anyway.
-            self.set_inputs(*[ms.Tensor(shape=list(i.shape), dtype=_dtypes.to_ms(i.dtype)) for i in spec.inputs])
         super().set_train(spec.training)
         flat = getattr(sys.modules[type(self).__module__], f"Flat{type(self).__name__}", None)
         # Not a child cell (a child would show in print(cell) and be a second owner of the parameters).
         self.__dict__["_flat_twin"] = flat(self) if flat is not None else None
+        if any(d is None for i in spec.inputs for d in i.shape):
+            # One compiled GRAPH_MODE graph for every batch size (the flat twin is what GRAPH_MODE compiles for
+            # dict outputs); PyNative runs any shape anyway.
+            dynamic = [ms.Tensor(shape=list(i.shape), dtype=_dtypes.to_ms(i.dtype)) for i in spec.inputs]
+            self.set_inputs(*dynamic)
+            if self._flat_twin is not None:
+                self._flat_twin.set_inputs(*dynamic)
 
     def __call__(self, *args, **kwargs):
+        args = self._positional(args, kwargs)
         self._check_inputs(args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
+        spec = self._spec.out_spec
         with CALL_LOCK:  # one thread at a time (see _primitive.CALL_LOCK)
             try:
                 if self.__dict__.get("_flat_twin") is not None and graph_mode:
-                    leaves = self._flat_twin(*args, **kwargs)
-                    return tree_unflatten(list(leaves), self._spec.out_spec)
-                return super().__call__(*args, **kwargs)
+                    leaves = self._flat_twin(*args)
+                    return tree_unflatten(list(leaves), spec)
+                result = super().__call__(*args)
             except Exception:
                 if graph_mode:
                     self._forget_compiled_graphs()
                 raise
+        # construct returns dicts for dict-like outputs (a ModelOutput cannot be built inside a graph)
+        return tree_unflatten(_leaves(result, spec), spec) if _has_custom_containers(spec) else result
+
+    def _positional(self, args: tuple, kwargs: dict) -> tuple:
+        """The inputs in the order construct takes them, keyword arguments placed by name (the module's own)."""
+        if not kwargs:
+            return args
+        names = [spec.name for spec in self._spec.inputs]
+        values = list(args) + [_MISSING] * (len(names) - len(args))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError(f"{self.module_name} got an unexpected keyword argument '{key}' (its inputs: "
+                                f"{', '.join(names)})")
+            k = names.index(key)
+            if k < len(args):
+                raise TypeError(f"{self.module_name} got multiple values for argument '{key}'")
+            values[k] = value
+        missing = [n for n, v in zip(names, values) if v is _MISSING]
+        if missing:
+            raise TypeError(f"{self.module_name} is missing input(s): {', '.join(missing)}")
+        return tuple(values)
 
     def _forget_compiled_graphs(self) -> None:
         """After a kernel failed, MindSpore 2.10 fails every later run of that compiled graph with an empty
@@ -301,6 +328,25 @@ def _check_free(cell: nn.Cell, name: str, path: str) -> None:
 
 
 _RESERVED = {"training", "assign"}
+_MISSING = object()
+
+
+def _has_custom_containers(spec) -> bool:
+    """Whether the output structure holds containers other than tuple, list and dict (a ModelOutput)."""
+    if spec.is_leaf():
+        return False
+    return spec.type not in (tuple, list, dict) or any(_has_custom_containers(c) for c in spec.children())
+
+
+def _leaves(value, spec) -> list:
+    """The leaves of an output as construct returns it (dict-like outputs as dicts), in the pytree spec's order."""
+    if spec.is_leaf():
+        return [value]
+    if isinstance(spec.type, type) and issubclass(spec.type, dict):
+        parts = [value[key] for key in spec.context]
+    else:
+        parts = list(value)
+    return [leaf for part, child in zip(parts, spec.children()) for leaf in _leaves(part, child)]
 
 
 def _describe_counts(counts: dict[str, dict[str, int]], path: str) -> str:

@@ -98,7 +98,12 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
 
 
 def _has_dict(spec) -> bool:
-    return spec.type is dict or any(_has_dict(c) for c in spec.children())
+    return _is_dict(spec) or any(_has_dict(c) for c in spec.children())
+
+
+def _is_dict(spec) -> bool:
+    """A dict, or a dict subclass registered with torch's pytree (Hugging Face's ModelOutput): written as a dict."""
+    return isinstance(spec.type, type) and issubclass(spec.type, dict)
 
 
 def _flat_twin(class_name: str, params: str, spec) -> list[str]:
@@ -120,7 +125,7 @@ def _flat_twin(class_name: str, params: str, spec) -> list[str]:
 def _leaf_paths(spec, prefix: str = "") -> list[str]:
     if spec.is_leaf():
         return [prefix]
-    keys = spec.context if spec.type is dict else range(len(spec.children()))
+    keys = spec.context if _is_dict(spec) else range(len(spec.children()))
     return [p for key, child in zip(keys, spec.children()) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
 
 
@@ -162,7 +167,8 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[
             item = value(step.of) if step.of in bare else f"{value(step.of)}[{step.index}]"
             lines.append(f"        {step.name} = {item}")
         else:
-            call = f"        {step.name} = {ops}.{step.name}({', '.join(value(v) for v in step.inputs)})"
+            args = ", ".join(value(v) for v in step.inputs + step.shape_inputs)
+            call = f"        {step.name} = {ops}.{step.name}({args})"
             lines.extend(_wrap(call, "            "))
     for key, name in graph.buffer_updates:
         lines.append(f"        self.assign({state_expr(key)}, {value(name)})")
@@ -248,6 +254,8 @@ def _aten_op(op: Operator) -> str:
                             "or without dynamic_batch")
         args.append("out_shapes=" + _literal(op.out_shapes))
         args.append("out_dtypes=" + _literal(op.out_dtypes))
+    if op.shape_inputs:
+        args.append(f"shape_inputs={len(op.shape_inputs)}")
     return f"aten.op({', '.join(args)})"
 
 
@@ -277,17 +285,17 @@ def _structure(spec, leaves) -> str:
     if spec.is_leaf():
         return next(leaves)
     children = [_structure(child, leaves) for child in spec.children()]
-    if spec.type is tuple:
-        return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
-    if spec.type is list:
-        return "[" + ", ".join(children) + "]"
-    if spec.type is dict:
+    if _is_dict(spec):
         for key in spec.context:
             if not isinstance(key, (str, int)):
                 raise PortError(f"the module returns a dict with a {type(key).__name__} key; use str keys")
         return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(spec.context, children)) + "}"
-    raise PortError(f"the module returns a {spec.type.__name__}; from_torch ports tensors, tuples, lists and dicts "
-                    "of them")
+    if spec.type is list:
+        return "[" + ", ".join(children) + "]"
+    if isinstance(spec.type, type) and issubclass(spec.type, tuple):  # a tuple, or a named tuple (its fields)
+        return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
+    raise PortError(f"the module returns a {spec.type.__name__}; from_torch ports tensors, tuples, lists, dicts "
+                    "and dict-like outputs (ModelOutput) of them")
 
 
 def _clip(line: str) -> str:

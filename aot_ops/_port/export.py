@@ -18,15 +18,19 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import operator
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-from .._aten import schema
+from .. import _runtime
+from .._aten import schema, sizes
+from .._aten.encode import encode
 from .errors import PortError
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
@@ -49,27 +53,83 @@ def refusal(node: torch.fx.Node) -> str | None:
     if target.namespace != "aten":
         return f"it is not an ATen operator ({target.namespace}::)"
     try:
-        schema.check_in_scope(target, factories=True)
+        call = _example_call(node)
+        attrs, tensors, _key = encode(call)
+    except TypeError:  # arguments aot_ops cannot encode: the graph reader names them; the operator is judged here
+        return _runtime.aten_refusal(f"{target._schema.name}.{target._schema.overload_name}".rstrip("."), True) or None
+    try:
+        schema.check_in_scope(call, attrs, tensors, factories=True)
     except ValueError as exc:
         return str(exc).split(": ", 1)[-1]
     return None
 
 
-def export(model: torch.nn.Module, args: tuple, dynamic_shapes: Any, training: bool) -> ExportedProgram:
+def _example_call(node: torch.fx.Node) -> schema.BoundCall:
+    """The node's call bound to its schema with its example values: tensors as their fake values (their dtypes
+    decide some refusals: a boolean index), sizes that depend on the input shapes as a size expression."""
+    def example(value):
+        if isinstance(value, (list, tuple)):
+            return [example(v) for v in value]
+        if isinstance(value, torch.fx.Node):
+            value = value.meta.get("val")
+        if isinstance(value, torch.SymInt):
+            return sizes.size(0, 0)  # any size: no refusal depends on one
+        return value
+
+    overload = node.target
+    positional = [a for a in overload._schema.arguments if not a.kwarg_only]
+    given = {a.name: v for a, v in zip(positional, node.args)}
+    given.update(node.kwargs)
+    return schema.bind(overload, (), {name: example(v) for name, v in given.items()})
+
+
+@dataclass
+class Inputs:
+    """A module's example call: tensors given positionally and by keyword (the cell's inputs), and the keyword
+    values fixed into the port (not tensors: torch.export would specialise them anyway)."""
+
+    args: tuple
+    tensor_kwargs: dict[str, torch.Tensor] = field(default_factory=dict)
+    fixed_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool) -> ExportedProgram:
     """The module's graph in the given mode, functional, with what the bridge refuses decomposed."""
     was_training = model.training
     model.train(training)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            with _explained("torch.export could not trace the module"), _refusing_custom_backwards():
-                program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+            with _explained("torch.export could not trace the module"), _refusing_custom_backwards(), \
+                    _fixed_keywords(model, inputs.fixed_kwargs):
+                program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
+                                              dynamic_shapes=dynamic_shapes)
             _detach_no_grad_results(program)
             with _explained("torch.export could not make the graph functional"):
                 program = program.run_decompositions({})
             return _decompose_refused(program)
     finally:
         model.train(was_training)
+
+
+@contextlib.contextmanager
+def _fixed_keywords(model: torch.nn.Module, fixed: dict[str, Any]):
+    """model.forward with the fixed keyword values bound, for the duration of the export: the graph then takes
+    the tensors only (torch.export would make each value a placeholder of the graph holding a constant). The
+    instance attribute shadows the class's forward, which nn.Module.__call__ looks up."""
+    if not fixed:
+        yield
+        return
+    had_own = "forward" in model.__dict__
+    own = model.__dict__.get("forward")
+    model.forward = functools.partial(model.forward, **fixed)
+    try:
+        yield
+    finally:
+        if had_own:
+            model.forward = own
+        else:
+            del model.forward
 
 
 @contextlib.contextmanager
@@ -121,16 +181,27 @@ def _detach_no_grad_results(program: ExportedProgram) -> None:
 
 
 def _decompose_refused(program: ExportedProgram) -> ExportedProgram:
+    """Decomposes, with torch's own decompositions, what the bridge refuses, until nothing refused is left that torch
+    can decompose. A call refused for drawing random numbers stays whole: its decomposition draws them too (the
+    graph reader then refuses the call itself, with what to do)."""
     table = torch.export.default_decompositions()
     tried: set = set()
     while True:
-        refused = {n.target for n in program.graph.nodes if n.op == "call_function" and refusal(n) is not None}
+        refused = {n.target for n in program.graph.nodes if n.op == "call_function"
+                   and (why := refusal(n)) is not None and "random" not in why}
         decomposable = {op for op in refused - tried if op in table}
         if not decomposable:
             return program
         tried |= decomposable
         with _explained("torch could not decompose " + ", ".join(sorted(str(op) for op in decomposable))):
             program = program.run_decompositions({op: table[op] for op in decomposable})
+
+
+# Hugging Face's key/value caches (DynamicCache, ...) are Python objects, not tensors torch.export can carry
+# (transformers registers no pytree for them): a model run with use_cache=True cannot be exported.
+CACHE_ADVICE = ("the key/value cache of use_cache=True (a transformers Cache object) cannot be ported: it is not a "
+                "tensor torch.export carries. Port with kwargs={'use_cache': False} (the logits are the same) and "
+                "decode with aot_ops.generate, which runs the whole sequence each step")
 
 
 @contextlib.contextmanager
@@ -142,4 +213,6 @@ def _explained(what: str):
         raise
     except Exception as exc:  # torch's many export exception types; its text says what and where
         text = str(exc).strip()
+        if "transformers.cache_utils" in text:
+            raise PortError(f"{what}: {CACHE_ADVICE}") from exc
         raise PortError(f"{what}: {type(exc).__name__}: {text}") from exc

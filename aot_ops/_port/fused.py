@@ -14,6 +14,7 @@ the programs compute every size from tensor shapes at run time (graph.read_modul
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -60,7 +61,7 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
 
     from torch._functorch.partitioners import default_partition
 
-    module = program.graph_module
+    module = _views_as_reshapes(program.graph_module)
 
     def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
         outs = torch.fx.Interpreter(module).run(*values)
@@ -125,6 +126,20 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
         k += name is not None
     fused.grads = grads + [None] * len(fgraph.constants)
     return fused
+
+
+def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of the exported graph whose views are reshapes (program.AS_RESHAPE says why): AOTAutograd's tracing
+    then decides view or copy by the strides its own kernels give."""
+    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+    if not any(n.target in views for n in module.graph.nodes):
+        return module
+    module = copy.deepcopy(module)
+    for node in module.graph.nodes:
+        if node.target in views:
+            node.target = torch.ops.aten.reshape.default
+    module.recompile()
+    return module
 
 
 def _unaliased(value, inputs):

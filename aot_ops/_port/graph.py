@@ -43,6 +43,10 @@ class Operator:
     # Sizes read dimensions of the graph's inputs too (index len(inputs) + k is graph input k): a program node whose
     # own inputs do not show a symbol (expand of a 0-dim gradient to the batch size); see read_module.
     reads_graph_inputs: bool = False
+    # Graph inputs (value names) passed after `inputs` for their shapes only, where the sizes need a dimension of
+    # the module's inputs that the operator's own inputs do not show (torch.arange(input_ids.shape[1])); see
+    # aten.op's shape_inputs.
+    shape_inputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -106,7 +110,8 @@ def read(program: ExportedProgram, graph_shapes: bool = False) -> Graph:
             raise PortError(f"input '{node.name}' is a {spec.kind.name.lower()}, which from_torch cannot port")
 
     tensor_inputs = [node.meta.get("val") for node in placeholders]
-    reader = _Reader.over(graph, program.graph, tensor_inputs if graph_shapes else None, tensor_inputs)
+    reader = _Reader.over(graph, program.graph, tensor_inputs if graph_shapes else None, tensor_inputs,
+                          [node.name for node in placeholders])
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = output_node.args[0]
     for spec, value in zip(signature.output_specs, values):
@@ -128,7 +133,8 @@ def read(program: ExportedProgram, graph_shapes: bool = False) -> Graph:
 
 
 class _Reader:
-    def __init__(self, graph: Graph, graph_inputs: list | None = None, all_inputs: list | None = None):
+    def __init__(self, graph: Graph, graph_inputs: list | None = None, all_inputs: list | None = None,
+                 all_names: list[str] | None = None):
         self.graph = graph
         self.aliases: dict[str, str] = {}    # identity nodes (dropout that draws nothing) -> what they return
         # The graph inputs' values, where a node may also read their shapes (a program: program.cpp); None: a
@@ -136,12 +142,13 @@ class _Reader:
         self.graph_inputs = graph_inputs
         # Every graph input's value, to explain a size that only another input's shape gives (per node)
         self.all_inputs = all_inputs or []
+        self.all_names = all_names or []  # their placeholder names
 
     @classmethod
     def over(cls, graph: Graph, fx_graph: torch.fx.Graph, graph_inputs: list | None = None,
-             all_inputs: list | None = None) -> "_Reader":
+             all_inputs: list | None = None, all_names: list[str] | None = None) -> "_Reader":
         """A reader that has visited every call of `fx_graph`, its steps added to `graph`."""
-        reader = cls(graph, graph_inputs, all_inputs)
+        reader = cls(graph, graph_inputs, all_inputs, all_names)
         for node in fx_graph.nodes:
             if node.op == "call_function":
                 reader.visit(node)
@@ -223,15 +230,20 @@ class _Reader:
         input_vals = [n.meta["val"] for n in inputs]
         outputs = list(val) if isinstance(val, (tuple, list)) else [val]
         dynamic = any(has_symbols(t.shape) for t in input_vals + outputs if isinstance(t, torch.Tensor))
-        if not inputs and not (symbolic and self.graph_inputs is not None):
-            self._constant(node, symbolic)
+        if not inputs and not symbolic:
+            self._constant(node)
             return
         bindings = bind_symbols(input_vals)
         reads_graph_inputs = False
+        shape_inputs: list[str] = []
         needed = _free_symbols(list(symbolic.values()) + [list(t.shape) for t in _tensors(val)])
-        if self.graph_inputs is not None and not needed <= set(bindings):
-            bindings = bind_symbols(input_vals + self.graph_inputs)  # its own inputs first
-            reads_graph_inputs = True
+        if not needed <= set(bindings):
+            if self.graph_inputs is not None:  # a program: every node may read the graph inputs' shapes
+                bindings = bind_symbols(input_vals + self.graph_inputs)  # its own inputs first
+                reads_graph_inputs = True
+            else:  # one operator: the graph inputs that show the missing sizes come along for their shapes
+                shape_inputs = self._shape_sources(needed - set(bindings))
+                bindings = bind_symbols(input_vals + [self.all_inputs[self.all_names.index(n)] for n in shape_inputs])
         for name, value in symbolic.items():
             fixed[name] = self._size(node, value, bindings)
         out_shapes = out_dtypes = None
@@ -246,14 +258,24 @@ class _Reader:
             name=node.name, target=f"{schema.name}.{overload}", fixed=fixed, inputs=[self.value(n) for n in inputs],
             num_outputs=len(val) if isinstance(val, (tuple, list)) else None, out_shapes=out_shapes,
             out_dtypes=out_dtypes, module=path, module_kind=kind, source=source_line(node, short=True),
-            reads_graph_inputs=reads_graph_inputs))
+            reads_graph_inputs=reads_graph_inputs, shape_inputs=shape_inputs))
 
-    def _constant(self, node: torch.fx.Node, symbolic: dict) -> None:
+    def _shape_sources(self, symbols: set) -> list[str]:
+        """Names of graph inputs whose shapes show `symbols` (sizes of the graph's inputs), fewest first: each is
+        passed to the operator only for its shape (aten.op's shape_inputs)."""
+        chosen: list[str] = []
+        for name, value in zip(self.all_names, self.all_inputs):
+            if not symbols:
+                break
+            if isinstance(value, torch.Tensor):
+                shown = _free_symbols([list(value.shape)]) & symbols
+                if shown:
+                    chosen.append(name)
+                    symbols = symbols - shown
+        return chosen
+
+    def _constant(self, node: torch.fx.Node) -> None:
         """A factory (torch.zeros, arange) of fixed size: computed now, a constant of the cell."""
-        if symbolic:
-            raise PortError(f"{describe(node)} creates a tensor whose size depends on the input shapes, with no "
-                            "tensor input, which an operator per node cannot size; port with fuse=True (one program "
-                            "reads every input's shape), or with static shapes (without dynamic_batch)")
         self.graph.constants[node.name] = node.target(*node.args, **node.kwargs)
 
     def _size(self, node: torch.fx.Node, value, bindings) -> Any:
@@ -276,10 +298,16 @@ class _Reader:
                             "input's shape), or with static shapes") from None
 
 
+_ATTENTION_DROPOUT = (". Random numbers cannot match torch: set the attention dropout to 0 for training (dropout_p=0; "
+                      "in a transformers config attention_dropout, attention_probs_dropout_prob or attn_pdrop), or use "
+                      "the ported cell for evaluation only (cell.set_train(False))")
 _HINTS = {
     torch.ops.aten.native_dropout.default: ". Random numbers cannot match torch: set the dropout probability to 0 "
     "for training (for m in model.modules(): if isinstance(m, nn.Dropout): m.p = 0.0), or use the ported cell for "
     "evaluation only (cell.set_train(False))",
+    torch.ops.aten.scaled_dot_product_attention.default: _ATTENTION_DROPOUT,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _ATTENTION_DROPOUT,
+    torch.ops.aten._scaled_dot_product_attention_math.default: _ATTENTION_DROPOUT,
 }
 
 

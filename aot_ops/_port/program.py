@@ -8,7 +8,7 @@ program is parsed once by the kernel, and executed there through the c10 dispatc
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -38,8 +38,20 @@ class Program:
         return "AtenProgram" if self.num_outputs == 1 else "AtenProgramMulti"
 
 
+# A view's stride check follows the strides each kernel gives its results, and torch's tracing (fake tensors, whose
+# meta kernels made these graphs) and the CPU kernels a program runs do not always agree: T5's and Swin's
+# `transpose(...).contiguous().view(...)` lost its copy where the traced matmul already had the transposed layout,
+# and the real kernel's result then cannot be viewed. In a functional graph reshape computes the same values: a
+# view where the strides allow one, a copy where they do not.
+AS_RESHAPE = {"aten::view.default": "size", "aten::_unsafe_view.default": "size"}
+
+
 def node_attributes(op: Operator) -> dict[str, Any]:
     """What aten.op(op.target, **op.fixed) sends the generic entry: the tensor arguments left open, in order."""
+    if op.target in AS_RESHAPE:
+        size = AS_RESHAPE[op.target]
+        op = replace(op, target="aten::reshape.default",
+                     fixed={("shape" if k == size else k): v for k, v in op.fixed.items()})
     overload = _schema.overload_for(op.target)
     if overload is None:
         raise PortError(f"{op.name}: {op.target} is not an operator overload")

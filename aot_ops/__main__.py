@@ -5,9 +5,10 @@
     cache clean [NAME]       delete them (all, or one name)
     doctor                   check Python, MindSpore, torch, numpy, compilers, CUDA, CANN and the cache
     conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
+    zoo [...]                port Hugging Face transformers models, check them against torch, time them
     fuzz --cases N           generated hostile calls in both modes; counts deaths, wrong results and hangs
 
-Exit status: 0 done; 1 a check found a problem (doctor, fuzz, conformance); 2 usage error; 3 build failed;
+Exit status: 0 done; 1 a check found a problem (doctor, fuzz, conformance, zoo); 2 usage error; 3 build failed;
 4 compiled but not linked (CUDA sources on a machine that cannot link them).
 """
 from __future__ import annotations
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import conformance
 
         return conformance.main(argv[1:])
+    if argv[:1] == ["zoo"]:  # its own argument parser (aot_ops/zoo.py)
+        from . import zoo
+
+        return zoo.main(argv[1:])
     from . import __version__
 
     prog = "aot-ops" if os.path.basename(sys.argv[0]) == "aot-ops" else "python -m aot_ops"

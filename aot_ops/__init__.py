@@ -4,9 +4,13 @@ Public surface:
     aot_ops.leaky_relu(), add(), mul(), sum(), mean(), matmul(), softmax(), max(), gelu(), layer_norm(),
     permute()
         ready operators backed by the bundled CPU ATen kernels (see aot_ops.operators)
-    aot_ops.from_torch(model, example_args) -> mindspore.nn.Cell
-        a whole torch.nn.Module as a MindSpore Cell (both modes, training, weights both ways); PortError names
-        the torch node that cannot be ported
+    aot_ops.from_torch(model, example_args, example_kwargs) -> mindspore.nn.Cell
+        a whole torch.nn.Module as a MindSpore Cell (both modes, training, weights both ways; Hugging Face
+        transformers models too); PortError names the torch node that cannot be ported
+    aot_ops.generate(cell, input_ids, max_new_tokens=...)
+        greedy decoding with a ported causal language model, as transformers' generate(do_sample=False)
+    aot_ops.zoo
+        Hugging Face transformers models ported and checked against torch (python -m aot_ops zoo)
     aot_ops.library_path(kind="cpu")
         where a bundled kernel library lives ("cpu", "ascendc", "cuda"), for building ops.Custom by hand
     aot_ops.extension.AotExtension / BuildAotExtension, aot_ops.include_paths(), aot_ops.check_library(path)
@@ -83,6 +87,8 @@ _LAZY = {
     "operators": (".operators", None),
     "from_torch": ("._port", "from_torch"),
     "PortError": ("._port", "PortError"),
+    "generate": ("._port.decoding", "generate"),
+    "zoo": (".zoo", None),
 }
 
 __all__ = sorted(_LAZY)

@@ -9,7 +9,8 @@ For every OpInfo (torch.testing._internal.common_methods_invocations.op_db) and 
 3. compare outputs with torch eager, and the gradient (MindSpore autodiff through the bridged operators' backward
    kernels) with torch autograd.
 Ops that are not tensor -> tensor (factories, random, data-dependent output sizes, non-tensor results) are listed
-as out of scope with the reason. Factory calls inside an op (torch.zeros in a composite) are replayed as the
+as out of scope with the reason, judged per sample by behaviour, not by an operator's tags: a sample is random when
+two seeds give different results, and a call value-sized when it cannot run on fake tensors (shapes, no values). Factory calls inside an op (torch.zeros in a composite) are replayed as the
 constants they produced; in-place calls are replayed with their functional overload.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ._convert import to_ms, to_torch
 
@@ -34,6 +35,10 @@ RTOL, ATOL = 1e-4, 1e-5
 
 class OutOfScope(Exception):
     """The op is not a tensor -> tensor operator the bridge is meant for."""
+
+
+class SampleOutOfScope(OutOfScope):
+    """This sample is not (it draws random numbers, or sizes an output by values); the op's other samples may be."""
 
 
 class StageFailure(Exception):
@@ -60,7 +65,8 @@ class OpResult:
     name: str
     in_scope: bool = True
     reason: str = ""               # out-of-scope reason, or the first failure
-    samples: int = 0
+    samples: int = 0               # samples checked (in scope)
+    out_of_scope_samples: int = 0  # samples that are not tensor -> tensor (a random one among deterministic ones)
     forward_pynative: bool | None = None
     forward_graph: bool | None = None
     differentiable: bool = False   # OpInfo.supports_autograd
@@ -156,13 +162,70 @@ def classify(calls: list[Call], out) -> None:
     for call in calls:
         tags = call.func.tags
         name = _qualified(call.func)
-        if torch.Tag.nondeterministic_seeded in tags:
-            raise OutOfScope(f"random ({name})")
-        if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
-            raise OutOfScope(f"data-dependent output ({name})")
         returns = [str(r.type) for r in call.func._schema.returns]
         if returns and any(r not in ("Tensor", "List[Tensor]") for r in returns):
             raise OutOfScope(f"returns a non-tensor ({name} -> {', '.join(returns)})")
+        # A tag says what an operator MAY do; whether this call does is judged by its behaviour, as the bridge
+        # judges calls (index with integer indices is in scope, a boolean index is not; attention with
+        # dropout_p = 0 is, with dropout_p > 0 it is not).
+        if torch.Tag.nondeterministic_seeded in tags and _call_draws_random_numbers(call):
+            raise SampleOutOfScope(f"random ({name})")
+        if (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) \
+                and not _sizes_follow_shapes(call):
+            raise SampleOutOfScope(f"data-dependent output ({name})")
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
+    return torch.equal(a, b)
+
+
+def _call_draws_random_numbers(call: Call) -> bool:
+    """Whether two runs of one call under different seeds differ (an op that reseeds around it, as OpInfo's
+    randn_like does, is still random inside)."""
+    results = []
+    for seed in (1, 2):
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(seed)
+            results.append([t.clone() for t in _tensors(call.func(*call.args, **call.kwargs))])  # in-place: self
+    return not all(_identical(a, b) for a, b in zip(*results))
+
+
+def draws_random_numbers(opinfo, sample) -> str:
+    """The random call of a sample whose results differ between two seeds ("" when they do not: dropout with
+    p = 0 or in evaluation, attention with dropout_p = 0). Judged on the whole sample too, as a random call may be
+    an untagged in-place one (the math attention's bernoulli_)."""
+    results, calls = [], []
+    for seed in (1, 2):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            recorded, out = record(opinfo.op, sample)
+        results.append(_tensors(out))
+        calls = recorded
+    if all(_identical(a, b) for a, b in zip(*results)):
+        return ""
+    tagged = [c for c in calls if torch.Tag.nondeterministic_seeded in c.func.tags]
+    return _qualified((tagged or calls)[0].func) if (tagged or calls) else "no ATen call"
+
+
+def _sizes_follow_shapes(call: Call) -> bool:
+    """Whether the call's output sizes follow from its inputs' shapes: it runs on fake tensors (shapes and dtypes,
+    no values), where an output sized by values (nonzero, a boolean index) raises. A call with no fake kernel is
+    taken to depend on values, as its tag says."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fake = lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    args, kwargs = tree_map(fake, (call.args, call.kwargs))
+    try:
+        with mode:
+            call.func(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - DynamicOutputShapeException, data-dependent guards, no fake kernel
+        return False
+    return True
 
 
 def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: list, graph: bool = False) -> dict:
@@ -245,6 +308,9 @@ def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) 
         raise OutOfScope("sparse tensors")
     calls, out = record(opinfo.op, sample)
     classify(calls, out)
+    random_call = draws_random_numbers(opinfo, sample)
+    if random_call:
+        raise SampleOutOfScope(f"random ({random_call})")
     result.aten_ops = sorted(set(result.aten_ops) | {_qualified(c.func) for c in calls})
     torch_inputs = _tensors((sample.input, sample.args, sample.kwargs))
     expected = _tensors(out)
@@ -336,10 +402,14 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
         result.in_scope, result.reason = False, "no float32 samples"
         return result
     gradient = result.differentiable = bool(opinfo.supports_autograd)
+    skipped = []  # why samples were out of scope: judged per sample (dropout with p = 0 is in scope, p > 0 is not)
     for k, sample in enumerate(inputs):
-        result.samples += 1
         try:
-            check_sample(opinfo, sample, result, graph=graph and k == 0, gradient=gradient)
+            check_sample(opinfo, sample, result, graph=graph and result.samples == 0, gradient=gradient)
+            result.samples += 1
+        except SampleOutOfScope as exc:
+            skipped.append(str(exc))
+            continue
         except OutOfScope as exc:
             result.in_scope, result.reason = False, str(exc)
             break
@@ -360,6 +430,9 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
                 result.gradient = False
             result.reason = f"forward_pynative (sample {k}): {text[:300]}"
             break
+    result.out_of_scope_samples = len(skipped)
+    if skipped and result.samples == 0 and result.forward_pynative is None:
+        result.in_scope, result.reason = False, skipped[0]
     result.seconds = time.perf_counter() - start
     return result
 

@@ -11,6 +11,10 @@ IN_SCOPE = ["add", "mul", "sub", "div.no_rounding_mode", "sin", "exp", "tanh", "
             "nn.functional.gelu", "nn.functional.leaky_relu", "nn.functional.conv2d", "nn.functional.max_pool2d",
             "nn.functional.layer_norm", "nn.functional.mse_loss", "nn.functional.cross_entropy", "gather",
             "index_select", "topk", "sort", "max.reduction_with_dim", "cat", "transpose", "cumsum"]
+# In scope by behaviour although their operators are tagged random or value-sized: indexing with integer tensors,
+# attention samples without dropout (its dropout sample is skipped as random), repeat_interleave with a scalar.
+IN_SCOPE += ["__getitem__", "index_put", "take_along_dim", "repeat_interleave",
+             "nn.functional.scaled_dot_product_attention"]
 OUT_OF_SCOPE = {"nonzero": "data-dependent output", "rand_like": "random", "masked_select": "data-dependent",
                 "new_empty": "uninitialised allocation", "empty_like": "uninitialised allocation"}
 
@@ -36,6 +40,15 @@ def test_opinfo_samples_match_torch_in_both_modes_with_gradient(results, name):
 def test_ops_that_are_not_tensor_to_tensor_are_listed_out_of_scope(results, name, why):
     r = results[name]
     assert not r.in_scope and why in r.reason
+
+
+def test_scope_is_judged_per_sample_by_behaviour(results):
+    (opinfo,) = conformance.select_ops(["nn.functional.scaled_dot_product_attention"])
+    attention = conformance.check_op(opinfo, samples=3, graph=False)  # its third sample has dropout_p > 0
+    assert attention.in_scope and attention.forward_pynative and attention.gradient, attention.reason
+    assert attention.samples == 2 and attention.out_of_scope_samples == 1  # the random sample only is skipped
+    indexing = results["__getitem__"]
+    assert indexing.in_scope and "aten::index.Tensor" in indexing.aten_ops  # integer indices: sized by shapes
 
 
 def test_summary_counts():

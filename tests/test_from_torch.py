@@ -15,9 +15,9 @@ from torch import nn
 import aot_ops
 from aot_ops import _primitive
 from support import to_ms, to_torch
-from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, LSTMNet, MaskedAttentionNet,
-                        MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT, TinyViT, TokenNet, TransformerClassifier,
-                        WithLoss)
+from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, GroupedAttentionNet, LookupNet,
+                        LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT,
+                        TinyViT, TokenNet, TransformerClassifier, WithLoss)
 
 STEPS = 10
 LR = 0.1
@@ -420,6 +420,34 @@ def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse):
     assert_gradients_at_batch_sizes(cell, model, example, (3, 5))
 
 
+def test_integer_indexing_trains_with_a_dynamic_batch(mode, fuse):
+    """aten::index with integer indices (a table's rows by token id, a bias table by a buffer of positions) has the
+    indices' shape: bridged, forward and backward, with any batch size."""
+    torch.manual_seed(11)
+    model = WithLoss(LookupNet())
+    cell = aot_ops.from_torch(model, token_batch(4, 0), dynamic_batch=True, fuse=fuse)
+    if not fuse:
+        assert open(cell.source_file).read().count("aten.op('aten::index.Tensor'") == 2
+    assert_gradients_at_batch_sizes(cell, model, token_batch, (3, 5))
+
+
+def test_attention_is_one_operator_with_its_mask_scale_and_grouped_heads(mode, fuse):
+    """scaled_dot_product_attention with dropout_p=0 draws nothing: bridged whole (not decomposed into matmuls and
+    a softmax, whose strides differ from the kernel's), with a boolean mask, a scale and GQA, forward and backward."""
+    torch.manual_seed(12)
+    model = WithLoss(GroupedAttentionNet())
+    data = batches((4, 6, 12), count=3)
+    cell = aot_ops.from_torch(WithLoss(copy.deepcopy(model.model)), data[0], fuse=fuse)
+    if not fuse:
+        source = open(cell.source_file).read()
+        assert "aten::scaled_dot_product_attention" in source and "aten::_softmax" not in source
+    losses = train_mindspore(cell, data)
+    expected = train_torch(model, data)
+    for ours, theirs in zip(losses, expected):
+        assert abs(ours - theirs) <= 1e-4 * abs(theirs), (losses, expected)
+    assert_state_close(cell, model)
+
+
 @pytest.mark.parametrize("make,shape", [(LSTMNet, (4, 7, 12)), (MemoryNet, (4, 7, 12))],
                          ids=["LSTM-zero-state", "MemoryNet"])
 def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse):
@@ -452,6 +480,12 @@ def test_other_shapes_are_refused_with_the_expected_shape(mode):
 def test_dropout_in_training_is_refused_with_what_to_do():
     model = TransformerClassifier(dropout=0.1)
     x = torch.randn(2, 6, 32)
+    with pytest.raises(aot_ops.PortError, match=r"node 'scaled_dot_product_attention' .* in encoder.self_attn "
+                                                r"\(MultiheadAttention\) .*cannot be bridged: it draws random numbers, "
+                                                r"which cannot match torch \(dropout_p > 0: attention dropout.*\)\. Set "
+                                                r"the attention dropout to 0 for training"):
+        aot_ops.from_torch(model, (x,))
+    model.encoder.self_attn.dropout = 0.0  # then the feed-forward's nn.Dropout is the first random node
     with pytest.raises(aot_ops.PortError, match=r"native_dropout.*in encoder.*cannot be bridged: it draws random "
                                                 r"numbers.*set the dropout probability to 0"):
         aot_ops.from_torch(model, (x,))

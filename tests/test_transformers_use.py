@@ -152,7 +152,7 @@ def test_attention_dropout_in_training_is_refused_naming_the_node():
     model.train()
     with pytest.raises(aot_ops.PortError, match=r"node 'scaled_dot_product_attention' \(aten::scaled_dot_product_atten"
                                                 r"tion\) in bert.encoder.layer.0.attention.self .* cannot be bridged: it "
-                                                r"draws random numbers.*set the attention dropout to 0 for training"):
+                                                r"draws random numbers.*Set the attention dropout to 0 for training"):
         aot_ops.from_torch(model, (), batch)
     model.eval()
     cell = aot_ops.from_torch(model, (), batch)  # evaluation draws nothing

@@ -251,6 +251,44 @@ class NormalizedNet(nn.Module):
         return self.b(F.silu(self.a(x.mean(1))))
 
 
+class LookupNet(nn.Module):
+    """Integer indexing as transformers models write it: rows of a table picked by the input's token ids
+    (Whisper's weight[position_ids]) and a bias table indexed by a buffer of relative positions (Swin)."""
+
+    def __init__(self, vocab=30, d=8, seq=6, classes=4):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab, d))
+        self.bias_table = nn.Parameter(torch.randn(2 * seq - 1, 1))
+        positions = torch.arange(seq)
+        self.register_buffer("relative", positions[:, None] - positions[None, :] + seq - 1)
+        self.out = nn.Linear(d, classes)
+
+    def forward(self, ids):
+        h = self.table[ids]
+        scores = h @ h.transpose(1, 2) + self.bias_table[self.relative].squeeze(-1)
+        return self.out((scores.softmax(-1) @ h).mean(1))
+
+
+class GroupedAttentionNet(nn.Module):
+    """F.scaled_dot_product_attention as Llama calls it: 4 query heads sharing 2 key/value heads (enable_gqa), a
+    padding mask, an explicit scale."""
+
+    def __init__(self, d_in=12, heads=4, kv_heads=2, head_dim=4, classes=5):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q = nn.Linear(d_in, heads * head_dim)
+        self.kv = nn.Linear(d_in, 2 * kv_heads * head_dim)
+        self.out = nn.Linear(heads * head_dim, classes)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        keep = (x[:, None, None, :, 0] < 1.5).expand(b, 1, s, s)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=0.4, enable_gqa=True)
+        return self.out(o.transpose(1, 2).reshape(b, s, -1).mean(1))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

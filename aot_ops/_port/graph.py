@@ -298,7 +298,7 @@ class _Reader:
                             "input's shape), or with static shapes") from None
 
 
-_ATTENTION_DROPOUT = (". Random numbers cannot match torch: set the attention dropout to 0 for training (dropout_p=0; "
+_ATTENTION_DROPOUT = (". Set the attention dropout to 0 for training (dropout_p=0; "
                       "in a transformers config attention_dropout, attention_probs_dropout_prob or attn_pdrop), or use "
                       "the ported cell for evaluation only (cell.set_train(False))")
 _HINTS = {

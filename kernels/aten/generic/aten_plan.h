@@ -125,7 +125,7 @@ inline const std::vector<CallRule> &call_rules() {
       {{"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
         "aten::_scaled_dot_product_attention_math"},
        {{"dropout_p", Holds::Zero}},
-       "dropout_p > 0: attention dropout in training; with dropout_p=0 (or in evaluation) it is bridged"},
+       "dropout_p > 0: attention dropout; with dropout_p=0 it is bridged"},
       {{"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
         "aten::native_dropout"},
        {{"p", Holds::Zero}, {"train", Holds::False}},

@@ -129,7 +129,7 @@ def record(op, sample) -> tuple[list[Call], Any]:
 
 
 _UNINITIALISED = {"aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::empty_strided",
-                  "aten::empty"}
+                  "aten::empty", "aten::empty_permuted"}
 
 
 def classify(calls: list[Call], out) -> None:
@@ -168,7 +168,7 @@ def classify(calls: list[Call], out) -> None:
         # A tag says what an operator MAY do; whether this call does is judged by its behaviour, as the bridge
         # judges calls (index with integer indices is in scope, a boolean index is not; attention with
         # dropout_p = 0 is, with dropout_p > 0 it is not).
-        if torch.Tag.nondeterministic_seeded in tags and _call_draws_random_numbers(call):
+        if torch.Tag.nondeterministic_seeded in tags and (_always_random(name) or _call_draws_random_numbers(call)):
             raise SampleOutOfScope(f"random ({name})")
         if (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) \
                 and not _sizes_follow_shapes(call):
@@ -181,6 +181,14 @@ def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point() or a.is_complex():
         return torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
     return torch.equal(a, b)
+
+
+def _always_random(name: str) -> bool:
+    """An operator whose every call draws random numbers (randn_like, multinomial), as the bridge's policy says,
+    even where a sample draws none (an empty tensor, probabilities of 0 and 1)."""
+    from ._runtime import aten_refusal
+
+    return name.startswith("aten::") and "random" in aten_refusal(name)
 
 
 def _call_draws_random_numbers(call: Call) -> bool:

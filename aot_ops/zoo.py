@@ -269,8 +269,6 @@ def run(family: Family, *, hows=HOWS, modes=MODES, timing_calls: int = 0, steps:
     model, batch = family.build()
     initial = copy.deepcopy(model.state_dict())
     reference = torch_reference(model, batch, steps)
-    if timing_calls:
-        report.torch_eval_ms = _median_ms(lambda: _torch_eval(model, batch), timing_calls)
     ms_batch = {k: _to_ms(v) for k, v in batch.items()}
     previous_mode = ms.get_context("mode")
     try:
@@ -287,7 +285,12 @@ def run(family: Family, *, hows=HOWS, modes=MODES, timing_calls: int = 0, steps:
             for mode in modes:
                 ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
                 with _stage(report, f"eval_{mode}_{how}"):
-                    _eval_stage(report, cell, ms_batch, reference, initial, f"{how}_{mode}", timing_calls)
+                    _eval_stage(report, cell, ms_batch, reference, initial, f"{how}_{mode}")
+                if timing_calls and report.stages[f"eval_{mode}_{how}"] == "ok":
+                    ported, eager = _alternating_ms(lambda: _ms_eval(cell, ms_batch),
+                                                    lambda: _torch_eval(model, batch), timing_calls)
+                    report.eval_ratio[f"{how}_{mode}"] = ported / eager
+                    report.torch_eval_ms = report.torch_eval_ms or eager
                 with _stage(report, f"train_{mode}_{how}"):
                     _train_stage(cell, ms_batch, reference, initial, family.chaotic, steps)
     finally:
@@ -295,8 +298,7 @@ def run(family: Family, *, hows=HOWS, modes=MODES, timing_calls: int = 0, steps:
     return report
 
 
-def _eval_stage(report: Report, cell, ms_batch: dict, reference: TorchReference, initial: dict, key: str,
-                timing_calls: int) -> None:
+def _eval_stage(report: Report, cell, ms_batch: dict, reference: TorchReference, initial: dict, key: str) -> None:
     cell.load_torch_state_dict(initial)
     cell.set_train(False)
     start = time.perf_counter()
@@ -304,8 +306,6 @@ def _eval_stage(report: Report, cell, ms_batch: dict, reference: TorchReference,
     report.first_call_seconds[key] = time.perf_counter() - start
     for name, expected in reference.eval_outputs.items():
         torch.testing.assert_close(_to_torch(outputs[name]), expected, **EVAL_TOLERANCE, msg=lambda m: f"{name}: {m}")
-    if timing_calls and report.torch_eval_ms:
-        report.eval_ratio[key] = _median_ms(lambda: _ms_eval(cell, ms_batch), timing_calls) / report.torch_eval_ms
 
 
 def _train_stage(cell, ms_batch: dict, reference: TorchReference, initial: dict, chaotic: bool, steps: int) -> None:
@@ -420,15 +420,24 @@ def _ms_eval(cell, ms_batch):
     next(iter(out.values())).asnumpy()  # wait for the result
 
 
-def _median_ms(fn: Callable[[], Any], calls: int) -> float:
+def _alternating_ms(first: Callable[[], Any], second: Callable[[], Any], calls: int,
+                    rounds: int = 4) -> tuple[float, float]:
+    """Median milliseconds of each over `calls` calls, in `rounds` alternating blocks after warm-up: a machine's
+    drift touches both alike. Blocks, not single calls: calling torch right after MindSpore (or the reverse)
+    slowed both about 2x on the 2-core machine (MindSpore's threads still spinning, caches taken)."""
     for _ in range(3):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        first()
+        second()
+    times: tuple[list, list] = ([], [])
+    per_block = max(1, calls // rounds)
+    for _ in range(rounds):
+        for fn, out in ((first, times[0]), (second, times[1])):
+            fn()  # the block's first call pays for the switch
+            for _ in range(per_block):
+                start = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 # ---- the table ----------------------------------------------------------------------------------------------------
@@ -470,8 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aot_ops zoo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", help=f"comma-separated (default: all of {', '.join(FAMILIES)})")
-    parser.add_argument("--calls", type=int, default=20,
-                        help="evaluation forwards timed per way and mode, median (default 20; 0: no timing)")
+    parser.add_argument("--calls", type=int, default=60,
+                        help="evaluation forwards timed per way and mode, median (default 60; 0: no timing)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch's threads, for torch eager and the bridged kernels alike (default 1)")
     parser.add_argument("--write", metavar="FILE", help="also write the table, with the command and the load, "

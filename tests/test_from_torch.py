@@ -207,6 +207,28 @@ def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, in
         assert (fused.grads[x_position] is None) == (not input_grads)
 
 
+def test_fused_evaluation_runs_the_module_outputs_alone_and_still_differentiates(mode):
+    """In evaluation a fused cell runs the inference program: the exported graph alone, returning the module's
+    outputs and nothing saved for a backward. A gradient asked in evaluation (an input's saliency) runs the
+    forward program again, then the backward program, and equals torch's."""
+    torch.manual_seed(13)
+    model = TransformerClassifier().eval()
+    x = torch.randn(4, 6, 32)
+    cell = aot_ops.from_torch(model, (x,), fuse=True)
+    (fused,) = cell._spec.fused.values()
+    assert fused.inference.num_outputs == 1 < fused.forward.num_outputs
+    programs = aot_ops.program_launches()
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    assert aot_ops.program_launches() - programs == 1
+    x_grad, weight_grads = ms.grad(cell, grad_position=0, weights=cell.trainable_params())(to_ms(x))
+    leaf = x.clone().requires_grad_()
+    model(leaf).sum().backward()
+    torch.testing.assert_close(to_torch(x_grad), leaf.grad, rtol=1e-4, atol=1e-6)
+    params = dict(model.named_parameters())
+    for param, grad in zip(cell.trainable_params(), weight_grads):
+        torch.testing.assert_close(to_torch(grad), params[param.name].grad, rtol=1e-4, atol=1e-6, msg=param.name)
+
+
 def test_fused_error_names_the_node_and_its_source_line(mode):
     class Indexing(nn.Module):
         def forward(self, x, index):

@@ -93,7 +93,8 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     if fuse:
         from .fused import fuse as fuse_graph
 
-        fused = {mode: fuse_graph(programs[mode], model, args, f"{name} ({_MODE_LABELS[mode]})", input_grads)
+        fused = {mode: fuse_graph(programs[mode], graphs[mode], model, args, f"{name} ({_MODE_LABELS[mode]})",
+                                  input_grads)
                  for mode in graphs}
 
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]

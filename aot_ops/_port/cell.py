@@ -62,7 +62,22 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
-class _TorchModule:
+class _Structural:
+    """A Cell that only holds Parameters and other cells (the module tree, the operators of a graph): it never runs
+    as a graph of its own. MindSpore sets `compile_phase` on every cell of a network at every GRAPH_MODE call, each
+    through Cell.__setattr__'s checks (a ported BERT's 78 cells cost about as much as its forward program); these
+    keep the value without passing it on."""
+
+    @property
+    def compile_phase(self):
+        return self.__dict__.get("_compile_phase")
+
+    @compile_phase.setter
+    def compile_phase(self, value):
+        self.__dict__["_compile_phase"] = value
+
+
+class _TorchModule(_Structural):
     """What a Cell standing for a torch submodule shows in print(cell): its class and its bridged operators."""
 
     def __init__(self, kind: str, counts: str):
@@ -81,7 +96,7 @@ class ModuleListCell(_TorchModule, nn.CellList):
     """A torch module whose children are numbered (Sequential, ModuleList): indexed as cell[i]."""
 
 
-class OperatorSet(nn.Cell):
+class OperatorSet(_Structural, nn.Cell):
     """The bridged operators of one graph (training or evaluation), one attribute per torch node."""
 
     def __init__(self, mode: str):
@@ -199,6 +214,19 @@ class PortedCell(nn.Cell):
             constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
             bprop = bprop_factory(_program_operator(fused.backward, eager_front=False), constants)
         return _program_operator(fused.forward, bprop)
+
+    def make_inference(self, mode: str, bprop_factory) -> AotOp:
+        """The inference program of `mode` (fuse=True: the module's outputs, nothing saved) as one operator; its
+        bprop runs the forward program again, then the backward program."""
+        fused = self._spec.fused[mode]
+        bprop = None
+        if bprop_factory is not None:
+            forward_constants = tuple(getattr(self, f"const_{mode}_{name}") for kind, name in fused.inputs
+                                      if kind == "constant" and name.startswith("f_"))
+            constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
+            bprop = bprop_factory(_program_operator(fused.forward, eager_front=False),
+                                  _program_operator(fused.backward, eager_front=False), forward_constants, constants)
+        return _program_operator(fused.inference, bprop)
 
     def _build_modules(self, spec: PortSpec) -> None:
         structure = Structure(spec.modules, (entry.key for entry in spec.state))

@@ -50,6 +50,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
            ""]
     for mode, f in (fused or {}).items():
         out.extend(["", *_bprop(mode, f)])
+        out.extend(["", *_inference_bprop(mode, f)])
     out += ["",
             f"class {class_name}(PortedCell):",
             f"    module_name = {module_name!r}",
@@ -58,8 +59,13 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
     for mode, graph in graphs.items():
         out.append(f"        {_OPS[mode]} = OperatorSet({_MODE_WORDS[mode]!r})")
         if fused:
-            out.append(f"        {_OPS[mode]}.program = self.make_program({mode!r}, "
-                       f"{'_bprop_' + mode if fused[mode].backward else 'None'})")
+            has_backward = fused[mode].backward is not None
+            if mode != "eval":
+                out.append(f"        {_OPS[mode]}.program = self.make_program({mode!r}, "
+                           f"{'_bprop_' + mode if has_backward else 'None'})")
+            if mode != "train":
+                out.append(f"        {_OPS[mode]}.inference = self.make_inference({mode!r}, "
+                           f"{'_inference_bprop_' + mode if has_backward else 'None'})")
             continue
         for op in graph.operators:
             where = f"{op.module} ({op.module_kind})" if op.module else "(root)"
@@ -184,10 +190,22 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
         return {"state": lambda: copies.get(name) or state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",
                 "input": lambda: name}[kind]()
 
+    def calls(indent: str, operator: str, program, inputs) -> list[str]:
+        call = f"self.ops_{mode}.{operator}({', '.join(value(k, n) for k, n in inputs)})"
+        return _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
+                     indent + "    ")
+
     lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
-    call = f"self.ops_{mode}.program({', '.join(value(k, n) for k, n in fused.inputs)})"
-    single = fused.forward.num_outputs == 1
-    lines.extend(_wrap(f"        outs = ({call},)" if single else f"        outs = {call}", "            "))
+    # Training runs the forward program (its saved tensors feed the backward), evaluation the inference program
+    if mode == "train":
+        lines.extend(calls("        ", "program", fused.forward, fused.inputs))
+    elif mode == "eval":
+        lines.extend(calls("        ", "inference", fused.inference, fused.inference_inputs))
+    else:
+        lines.append("        if self.training:")
+        lines.extend(calls("            ", "program", fused.forward, fused.inputs))
+        lines.append("        else:")
+        lines.extend(calls("            ", "inference", fused.inference, fused.inference_inputs))
     for key, k in fused.buffer_updates:
         lines.append(f"        self.assign({state_expr(key)}, outs[{k}])")
     lines.append(f"        return {_structure(graph.out_spec, iter([f'outs[{k}]' for k in fused.user_outputs]))}")
@@ -209,6 +227,36 @@ def _bprop(mode: str, fused) -> list[str]:
     grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
     lines = [f"def _bprop_{mode}(backward, constants):",
              *_wrap(f"    def bprop({', '.join(params + ['out', 'dout'])}):", "            ")]
+    lines.extend(_wrap(f"        g = ({call},)" if fused.backward.num_outputs == 1 else f"        g = {call}",
+                       "            "))
+    lines.extend(_wrap(f"        return ({', '.join(grads)},)", "            "))
+    lines.append("    return bprop")
+    return lines
+
+
+def _inference_bprop(mode: str, fused) -> list[str]:
+    """A bprop factory for the inference program of `mode`, for a gradient asked in evaluation (an input's
+    gradient for a saliency map): it runs the forward program again for the tensors the backward needs, then the
+    backward program. The inference program's inputs are the forward program's per placeholder, then constants of
+    its own (no gradient); the forward's own constants come with the factory."""
+    if fused.backward is None:
+        return []
+    placeholders = len(fused.inference_inputs) - sum(1 for k, n in fused.inference_inputs if n.startswith("i_"))
+    n = fused.inference.num_inputs
+    params = [f"a{i}" for i in range(n)]
+    forward_args = [f"a{i}" if i < placeholders else f"forward_constants[{i - placeholders}]"
+                    for i in range(fused.forward.num_inputs)]
+    single_forward = fused.forward.num_outputs == 1
+    saved = [forward_args[i] if kind == "input" else ("o" if single_forward else f"o[{i}]") for kind, i in fused.saved]
+    single_out = fused.inference.num_outputs == 1
+    tangents = ["dout" if single_out else f"dout[{k}]" for k in fused.tangents]
+    constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
+    grads = [f"_ops.zeros_like(a{i})" if i >= placeholders or fused.grads[i] is None else f"g[{fused.grads[i]}]"
+             for i in range(n)]
+    lines = [f"def _inference_bprop_{mode}(forward, backward, forward_constants, constants):",
+             *_wrap(f"    def bprop({', '.join(params + ['out', 'dout'])}):", "            "),
+             *_wrap(f"        o = forward({', '.join(forward_args)})", "            ")]
+    call = f"backward({', '.join(saved + tangents + constants)})"
     lines.extend(_wrap(f"        g = ({call},)" if fused.backward.num_outputs == 1 else f"        g = {call}",
                        "            "))
     lines.extend(_wrap(f"        return ({', '.join(grads)},)", "            "))

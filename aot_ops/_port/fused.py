@@ -23,7 +23,7 @@ from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
 from .errors import PortError
-from .graph import bind_symbols, has_symbols, read_module
+from .graph import Graph, bind_symbols, has_symbols, read_module
 from .program import Program, build
 
 
@@ -41,9 +41,15 @@ class FusedGraph:
     tangents: list[int] = field(default_factory=list)  # forward output positions whose cotangents the backward takes
     grads: list[int | None] = field(default_factory=list)  # per forward input: backward output index, or None (zero)
     backward_constants: list[str] = field(default_factory=list)  # constants the backward takes after its values
+    # The exported graph alone as one program: the same leading outputs as `forward` (buffer updates and the
+    # module's outputs), nothing saved for a backward. Evaluation runs it: a forward program's saved activations
+    # are extra outputs MindSpore allocates and the program copies on every call (BERT's forward returns 41
+    # tensors for its 2 outputs).
+    inference: Program | None = None
+    inference_inputs: list[tuple[str, str]] = field(default_factory=list)  # as `inputs`, for `inference`
 
 
-def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: str,
+def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: tuple, label: str,
          input_grads: bool = True) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `label` names them in errors.
     `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters)."""
@@ -102,6 +108,7 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
     buffer_updates = [(spec.target, k) for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
     user_outputs = [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
     fused = FusedGraph(forward, None, inputs, constants, buffer_updates, user_outputs)
+    _add_inference(fused, program, graph, label)
     if "backward" not in captured:
         return fused
 
@@ -126,6 +133,26 @@ def fuse(program: ExportedProgram, model: torch.nn.Module, args: tuple, label: s
         k += name is not None
     fused.grads = grads + [None] * len(fgraph.constants)
     return fused
+
+
+def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, label: str) -> None:
+    """The exported graph (read as `graph`, with every input's shape readable) as the inference program: its inputs
+    are the exported placeholders in order (as the forward program's), then the constants the reading folded."""
+    placeholders = [n.name for n in program.graph.nodes if n.op == "placeholder"]
+    specs = program.graph_signature.input_specs
+    inputs = list(placeholders)
+    kinds = [_input_kind(spec) for spec in specs]
+    for name, tensor in graph.constants.items():
+        if name not in placeholders:  # a factory of fixed size, computed when the graph was read
+            inputs.append(name)
+            kinds.append(("constant", f"i_{name}"))
+            fused.constants[f"i_{name}"] = tensor
+    user, buffers = iter(graph.outputs), iter(value for _key, value in graph.buffer_updates)
+    outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user)
+               for spec in program.graph_signature.output_specs]
+    nodes = {n.name: n for n in program.graph.nodes}
+    fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
+    fused.inference_inputs = kinds
 
 
 def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:

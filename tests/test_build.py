@@ -116,3 +116,46 @@ def test_plain_cpp_kernel_builds_without_torch(tmp_path, flag):
     assert proc.returncode == 0, proc.stderr
     needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
     assert "torch" not in needed and "c10" not in needed
+
+
+def defines_cxx_runtime(library) -> bool:
+    """Whether a library carries its own copy of libstdc++ (the static archive linked in)."""
+    table = subprocess.run(["nm", "-D", "-C", "--defined-only", str(library)], capture_output=True, text=True,
+                           check=True).stdout
+    return "std::ios_base::Init::Init" in table or "std::locale::classic" in table
+
+
+def test_libraries_use_the_shared_cxx_runtime(user_library):
+    """A second, never-initialised libstdc++ inside a library crashes the first error message it formats."""
+    for library in (aot_ops.library_path(), user_library):
+        assert not defines_cxx_runtime(library), library
+
+
+def test_a_compiler_with_only_the_static_cxx_runtime_links_the_shared_one(tmp_path, monkeypatch):
+    """A g++ whose search path holds libstdc++.a alone (the image of a CUDA machine sets CXX to such a wrapper)
+    would link the archive into every library; the link names the runtime's shared object instead. The wrapper
+    here answers -print-file-name as that g++ does and compiles with the real one."""
+    from aot_ops._build import toolchain
+
+    real = toolchain.cxx()
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = "-print-file-name=libstdc++.so" ]; then echo libstdc++.so; exit 0; fi\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    assert toolchain.shared_cxx_runtime_flags(str(wrapper)) == ("-l:libstdc++.so.6",)
+    assert toolchain.shared_cxx_runtime_flags(real) == ()
+    assert "-l:libstdc++.so.6" in toolchain.link_flags(use_torch=False)
+    source = tmp_path / "formats.cpp"
+    source.write_text('#include <sstream>\n#include <string>\nextern "C" const char *Format(long v) {\n'
+                      '  static std::string s; std::ostringstream o; o << "[" << v << "]"; s = o.str();\n'
+                      '  return s.c_str(); }\n')
+    out = tmp_path / "libformats.so"
+    subprocess.run([str(wrapper), *toolchain.plain_cflags(), str(source), "-o", str(out),
+                    *toolchain.link_flags(use_torch=False)], check=True)
+    assert not defines_cxx_runtime(out)
+    import ctypes
+
+    format_ = ctypes.CDLL(str(out)).Format
+    format_.restype = ctypes.c_char_p
+    assert format_(ctypes.c_long(42)) == b"[42]"

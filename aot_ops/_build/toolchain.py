@@ -126,6 +126,22 @@ def abi0_cflags() -> list[str]:
     return [*COMMON_CFLAGS, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{ms_ext_include_dir()}"]
 
 
+@functools.lru_cache(maxsize=None)
+def shared_cxx_runtime_flags(compiler: str) -> tuple[str, ...]:
+    """Links the shared C++ runtime even where the toolchain has only its static archive for linking.
+
+    A g++ whose `libstdc++.so` development link is missing (seen on an Ubuntu 24.04 CUDA image) silently links
+    libstdc++.a into the library: a second, never-initialised copy of the C++ runtime beside the one torch loads,
+    and the first error message formatted with an ostringstream crashes the process. Naming the runtime's shared
+    object (`-l:libstdc++.so.6`, resolved before g++'s own `-lstdc++`) leaves nothing for the archive to supply."""
+    try:
+        found = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                               check=False).stdout.strip()
+    except OSError:
+        return ()
+    return () if os.path.isabs(found) and Path(found).exists() else ("-l:libstdc++.so.6",)
+
+
 def link_flags(use_torch: bool, torch_runpath: Sequence[str] | None = None) -> list[str]:
     """`-z now` and `--no-undefined` turn a missing symbol into a link error instead of a crash mid-training.
 
@@ -133,7 +149,7 @@ def link_flags(use_torch: bool, torch_runpath: Sequence[str] | None = None) -> l
     the absolute torch `lib/` of this environment (libraries in the user's cache, rebuilt for another torch);
     libraries that are installed elsewhere than where they are built pass `torch_runpath`, entries relative to
     the library (`$ORIGIN/../../torch/lib`)."""
-    flags = ["-shared", "-Wl,-z,now", "-Wl,--no-undefined"]
+    flags = ["-shared", "-Wl,-z,now", "-Wl,--no-undefined", *shared_cxx_runtime_flags(cxx())]
     if use_torch:
         lib = torch_info().lib_dir
         runpath = [lib] if torch_runpath is None else list(torch_runpath)

@@ -46,6 +46,7 @@ import MindSpore.
 from __future__ import annotations
 
 from ._lazy import lazy_names
+from .errors import Error  # noqa: F401 - the base of every aot_ops exception class
 
 __version__ = "0.1.0"
 
@@ -91,5 +92,5 @@ _LAZY = {
     "zoo": (".zoo", None),
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted([*_LAZY, "Error"])
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

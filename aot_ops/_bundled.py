@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ._build import build_info, cuda, toolchain
+from ._clib import preload_torch_libraries
 from ._paths import LIB_DIR, LIBRARIES
 
 
@@ -12,7 +13,8 @@ def library_path(kind: str = "cpu") -> Path:
     """Absolute path of a library bundled with aot_ops: "cpu" (the ATen kernels, the default), "ascendc" (the
     Ascend C kernels on the CPU emulator) or "cuda" (the CUDA kernels, where setup.py could build them).
 
-    Use it to build `ops.Custom(f"{aot_ops.library_path()}:LeakyRelu", ..., func_type="aot")` by hand. Raises
+    Use it to build `ops.Custom(f"{aot_ops.library_path()}:LeakyRelu", ..., func_type="aot")` by hand; torch's
+    libraries it needs are loaded first, so MindSpore can load it wherever torch is installed. Raises
     FileNotFoundError when it was not built (with the reason) and StaleLibraryError when it was built against
     other torch or MindSpore versions than the installed ones.
     """
@@ -27,6 +29,7 @@ def library_path(kind: str = "cpu") -> Path:
             f"{path} is missing: the kernels are built at install time (`pip install --no-build-isolation -e .`, "
             "or run ./run.sh test which does it)")
     build_info.check(path)
+    preload_torch_libraries()
     return path
 
 

@@ -82,5 +82,28 @@ def _open(path: str) -> ctypes.CDLL:
     return lib
 
 
+# What a bundled library's NEEDED entries ask of torch (libc10's own dependencies are found by its RUNPATH).
+TORCH_LIBRARIES = ("libc10.so", "libtorch_cpu.so", "libtorch.so")
+
+
+@functools.lru_cache(maxsize=None)
+def preload_torch_libraries() -> None:
+    """Loads torch's libraries a bundled library needs, found where Python finds torch, without importing torch.
+
+    An installed library finds torch through RUNPATH `$ORIGIN/../../torch/lib`, true only when torch sits in the
+    same site-packages. With torch elsewhere (`pip install --user`, `--system-site-packages`, a .pth), MindSpore's
+    dlopen of the library failed with `libc10.so: cannot open shared object file`. The dynamic loader satisfies a
+    NEEDED entry with an already loaded library of that soname, so loading them first makes any path work."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return  # no torch: the library's own RUNPATH is all there is
+    lib_dir = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    for name in TORCH_LIBRARIES:
+        if (lib_dir / name).is_file():
+            ctypes.CDLL(str(lib_dir / name), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+
+
 def last_error(lib: ctypes.CDLL) -> str:
     return lib.ms_ext_last_error().decode("utf-8", errors="replace")

@@ -14,9 +14,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._dtypes import ms_name
+from .errors import Error
 
 
-class InferenceError(ValueError):
+class InferenceError(Error, ValueError):
     """The operator rejects these input shapes/dtypes (raised while MindSpore infers the output)."""
 
 

@@ -29,11 +29,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ._convert import to_ms, to_torch
+from .errors import Error
 
 RTOL, ATOL = 1e-4, 1e-5
 
 
-class OutOfScope(Exception):
+class OutOfScope(Error):
     """The op is not a tensor -> tensor operator the bridge is meant for."""
 
 
@@ -41,7 +42,7 @@ class SampleOutOfScope(OutOfScope):
     """This sample is not (it draws random numbers, or sizes an output by values); the op's other samples may be."""
 
 
-class StageFailure(Exception):
+class StageFailure(Error):
     """A sample failed in one stage: forward_pynative, forward_graph or gradient."""
 
     def __init__(self, stage: str, cause: BaseException):

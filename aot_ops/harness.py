@@ -23,9 +23,10 @@ import torch
 from ._clib import last_error, open_library
 from ._dtypes import checked_ms_name
 from ._packed_attrs import pack
+from .errors import Error
 
 
-class AotCallError(RuntimeError):
+class AotCallError(Error, RuntimeError):
     """The entry point failed; the message is the text it recorded (what MindSpore would show)."""
 
 

@@ -28,10 +28,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from .errors import Error
+
 _TRIED_DTYPES = (torch.complex64, torch.bool, torch.int64, torch.float64, torch.float16)
 
 
-class OpCheckError(AssertionError):
+class OpCheckError(Error, AssertionError):
     """Some checks of opcheck failed; the message lists them."""
 
 

@@ -145,7 +145,8 @@ print("LOADED", "libaot_ops_cpu.so" in maps)
     "aot_ops.leaky_relu()",
     "aot_ops.harness.call(aot_ops.library_path(), 'Gelu', [], [])",
     "aot_ops.last_error(aot_ops.library_path())",
-], ids=["operator", "harness", "runtime"])
+    "import aot_ops.cuda; aot_ops.cuda.load_torch_op(aot_ops.library_path())",
+], ids=["operator", "harness", "runtime", "torch_operator"])
 def test_white_list_is_honoured_before_any_load(call, tmp_path):
     env = dict(os.environ, MS_CUSTOM_AOT_WHITE_LIST=str(tmp_path))
     script = tmp_path / "case.py"

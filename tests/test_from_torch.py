@@ -366,12 +366,16 @@ class LossAndGrads(msnn.Cell):
 
 
 def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
-    counted = []  # MindSpore asks each operator for its output dtypes when it compiles a graph
+    # MindSpore asks each operator for its output dtypes when it compiles a graph; only the ported cell's own
+    # operators are counted (a graph left by another test may be compiled meanwhile).
+    counted = []
     original = _primitive.AotOp._cpp_dtypes
-    monkeypatch.setattr(_primitive.AotOp, "_cpp_dtypes", lambda self, *a: counted.append(1) or original(self, *a))
+    monkeypatch.setattr(_primitive.AotOp, "_cpp_dtypes",
+                        lambda self, *a: counted.append(self) or original(self, *a))
     torch.manual_seed(6)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
+    own = {id(p) for _, c in cell.cells_and_names() for p in c._primitives.values()}
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         step = LossAndGrads(cell)
@@ -388,8 +392,8 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
             assert abs(float(loss_too.asnumpy()) - expected.item()) < 1e-5
             torch.testing.assert_close(to_torch(grads[0]), reference.model.encoder.self_attn.in_proj_weight.grad,
                                        rtol=1e-4, atol=1e-6)
-            compiled.append(len(counted))
-        assert compiled[0] > 0 and compiled[0] == compiled[-1], "a graph was compiled again for another batch size"
+            compiled.append([op.name_for_errors() for op in counted if id(op) in own])
+        assert compiled[0] and compiled[0] == compiled[-1], f"compiled again for another batch size: {compiled}"
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     x, target = batches((7, 6, 32), count=1)[0]
@@ -488,13 +492,35 @@ def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse):
 
 def test_other_shapes_are_refused_with_the_expected_shape(mode):
     cell = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),))
-    with pytest.raises(ValueError, match=r"ConcatNet was ported for input x of shape \(6, 12\) and dtype float32; "
+    with pytest.raises(ValueError, match=r"ConcatNet was ported for input x of shape \(6, 12\); "
                                          r"port it with .*dynamic_batch=True.*got \(4, 12\)"):
         cell(to_ms(torch.randn(4, 12)))
     dynamic = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),), dynamic_batch=True)
     with pytest.raises(ValueError, match=r"shape \(batch, 12\).*got \(4, 10\)"):
         dynamic(to_ms(torch.randn(4, 10)))
     assert dynamic(to_ms(torch.randn(4, 12))).shape == (4, 5)
+
+
+def test_another_dtype_is_refused_naming_the_dtype_not_the_batch(mode):
+    """A float16 input (from a float16 layer in front, or mixed precision) has the batch the cell was ported for: the
+    error must be about the dtype, in PyNative and GRAPH_MODE alike."""
+    cell = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),))
+    with pytest.raises(TypeError, match=r"ConcatNet was ported for input x of dtype float32: cast the input to "
+                                        r"float32 .*got Float16") as refused:
+        cell(to_ms(torch.randn(6, 12)).astype(ms.float16))
+    assert "batch" not in str(refused.value)
+    assert cell(to_ms(torch.randn(6, 12))).shape == (6, 5)  # the next call works
+
+    class Float16InFront(msnn.Cell):  # the check generated into the cell's construct, for calls from other graphs
+        def __init__(self, ported):
+            super().__init__()
+            self.ported = ported
+
+        def construct(self, x):
+            return self.ported(x.astype(ms.float16))
+
+    with pytest.raises(TypeError, match=r"of dtype float32: cast the input to float32 .*got Float16"):
+        Float16InFront(cell)(to_ms(torch.randn(6, 12)))
 
 
 # ---- what cannot be ported is refused, naming the torch node and its source line ------------------------------

@@ -3,6 +3,7 @@ the RUNPATH of packaged libraries. tests/test_wheel.py installs the real thing."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,92 @@ def test_an_operator_definition_takes_a_backward_kernel_or_a_bprop_not_both():
     with pytest.raises(TypeError, match="LeakyRelu: give a backward kernel or a bprop, not both"):
         OpDef(aot_ops.library_path(), "LeakyRelu", backward=Backward("LeakyReluGrad", cotangent_then_inputs),
               bprop=lambda x, out, dout: (dout,))
+
+
+def run_paths(library: Path) -> list[str]:
+    """The RPATH and RUNPATH entries of a shared library."""
+    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    entries = []
+    for line in dynamic.splitlines():
+        if "(RPATH)" in line or "(RUNPATH)" in line:
+            entries += line.split("[", 1)[1].rsplit("]", 1)[0].split(":")
+    return entries
+
+
+def shipped_libraries() -> list[Path]:
+    package = REPO / "aot_ops"
+    return sorted(p for p in package.rglob("*.so") if ".venv" not in p.parts)
+
+
+def test_every_shipped_library_searches_only_absolute_or_origin_relative_folders():
+    """A relative entry is searched from the caller's working directory: a library found there would be loaded."""
+    libraries = shipped_libraries()
+    assert {p.name for p in libraries} >= {"libaot_ops_cpu.so", "libaot_ops_ascendc.so", "_pynative_front.so"}
+    for library in libraries:
+        entries = run_paths(library)
+        assert entries, f"{library.name} has no RPATH/RUNPATH"
+        for entry in entries:
+            assert entry.startswith(("/", "$ORIGIN")), f"{library.name} searches {entry!r}"
+
+
+def test_the_fronts_link_line_names_mindspores_folders():
+    from aot_ops._front.build import link_flags
+
+    flags = ["-shared", "-Wl,-z,now", "-Wl,--disable-new-dtags,--rpath", "-s", "-lmindspore_core"]
+    fixed = link_flags(flags, "/env/mindspore/lib")
+    assert "-Wl,--disable-new-dtags" in fixed and not any(f.endswith("--rpath") for f in fixed)
+    assert fixed[-1] == "'-Wl,-rpath,$$ORIGIN/../../mindspore/lib:/env/mindspore/lib'"
+
+
+TORCH_ELSEWHERE = '''
+import ctypes, os, sys
+from pathlib import Path
+import aot_ops
+from aot_ops import _bundled
+_bundled.LIB_DIR = Path(sys.argv[1])
+path = aot_ops.library_path()
+ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)   # what MindSpore's Custom does with the path
+print("loaded", path.name, "torch imported:", "torch" in sys.modules)
+'''
+
+
+def test_library_path_hands_out_a_library_that_loads_with_torch_in_another_site_packages(tmp_path):
+    """A bundled library installed where `$ORIGIN/../../torch/lib` holds no torch (torch in another site-packages):
+    the path library_path() gives loads in a process that never imported torch."""
+    from aot_ops._paths import LIBRARIES
+
+    source = tmp_path / "needs_torch.cpp"
+    source.write_text('#include <ATen/ops/empty.h>\n'
+                      'extern "C" long Elements() { return at::empty({2, 3}).numel(); }\n')
+    lib_dir = tmp_path / "site" / "aot_ops" / "lib"
+    library = builder.build_library(
+        builder.LibrarySpec(name="needs_torch", sources=[source], torch_runpath=["$ORIGIN/../../torch/lib"]),
+        tmp_path / "build", lib_dir / LIBRARIES["cpu"])
+    build_info.write(library)
+    assert not (lib_dir.parent.parent / "torch").exists()
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", TORCH_ELSEWHERE, str(lib_dir)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"loaded {LIBRARIES['cpu']} torch imported: False" in proc.stdout
+
+
+def test_every_exception_class_of_the_package_derives_from_aot_ops_error():
+    """`except aot_ops.Error` catches whatever aot_ops raises of its own, and the built-in each class extends."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = {}
+    package = Path(aot_ops.__file__).parent
+    for info in pkgutil.walk_packages([str(package)], "aot_ops."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name):
+                found[f"{info.name}.{name}"] = value
+    assert len(found) >= 14, sorted(found)
+    outside = sorted(name for name, cls in found.items() if not issubclass(cls, aot_ops.Error))
+    assert not outside, outside
+    assert issubclass(aot_ops.PortError, RuntimeError) and issubclass(aot_ops.BuildError, RuntimeError)

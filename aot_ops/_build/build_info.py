@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import toolchain
+from ..errors import Error
 
 RECORD_SUFFIX = ".build.json"
 
@@ -25,7 +26,7 @@ REBUILD = ("rebuild aot_ops against the installed versions (in a checkout: `pip 
            "from an sdist: `pip install --no-build-isolation --force-reinstall aot_ops-<version>.tar.gz`)")
 
 
-class StaleLibraryError(RuntimeError):
+class StaleLibraryError(Error, RuntimeError):
     """A bundled library was built against other torch or MindSpore versions than the installed ones."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import cuda, toolchain
+from ..errors import Error
 
 log = logging.getLogger("aot_ops.build")
 
@@ -20,7 +21,7 @@ log = logging.getLogger("aot_ops.build")
 _SHOWN_ERRORS = 8
 
 
-class BuildError(RuntimeError):
+class BuildError(Error, RuntimeError):
     """A compile, link or load-check failure. The message shows the first diagnostics; `log_path` has them all."""
 
     def __init__(self, stage: str, summary: str, log_path: Path | None):

@@ -13,10 +13,12 @@ import re
 import shutil
 from pathlib import Path
 
+from ..errors import Error
+
 CUDA_SUFFIXES = (".cu",)
 
 
-class CudaSetupError(RuntimeError):
+class CudaSetupError(Error, RuntimeError):
     """CUDA sources cannot be compiled as configured (no nvcc, no architecture list)."""
 
 

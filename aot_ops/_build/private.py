@@ -17,8 +17,10 @@ import os
 import stat
 from pathlib import Path
 
+from ..errors import Error
 
-class UnsafeCacheError(PermissionError):
+
+class UnsafeCacheError(Error, PermissionError):
     """A cache folder or file that another user could control."""
 
 

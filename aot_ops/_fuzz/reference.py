@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from .cases import ATEN, BAD_ATEN_NAMES
+from ..errors import Error
 
 
-class NoMeaning(Exception):
+class NoMeaning(Error):
     """The call is invalid: the only right outcome is an error."""
 
 

@@ -26,7 +26,7 @@ from .. import _dtypes
 from .._convert import to_ms, to_torch
 from .._bundled import library_path
 from .._primitive import CALL_LOCK, AotOp, CppInference
-from .codegen import expected_input
+from .codegen import expected_dtype, expected_shape
 from .errors import PortError
 
 
@@ -197,9 +197,10 @@ class PortedCell(nn.Cell):
         for spec, arg in zip(specs, args):
             shape = tuple(getattr(arg, "shape", ()))
             dtype = getattr(arg, "dtype", None)
-            if (len(shape) != len(spec.shape) or any(n is not None and n != d for n, d in zip(spec.shape, shape))
-                    or dtype != _dtypes.to_ms(spec.dtype)):
-                raise ValueError(expected_input(self.module_name, spec) + f"{shape} {dtype}")
+            if len(shape) != len(spec.shape) or any(n is not None and n != d for n, d in zip(spec.shape, shape)):
+                raise ValueError(expected_shape(self.module_name, spec) + str(shape))
+            if dtype != _dtypes.to_ms(spec.dtype):
+                raise TypeError(expected_dtype(self.module_name, spec) + str(dtype))
 
     # ---- structure ---------------------------------------------------------------------------------------------
 

@@ -265,7 +265,7 @@ def _inference_bprop(mode: str, fused) -> list[str]:
 
 
 def _input_check(module_name: str, spec) -> list[str]:
-    """A check that constant-folds in GRAPH_MODE (shapes and dtypes are known when the graph compiles). A direct
+    """Checks that constant-fold in GRAPH_MODE (shapes and dtypes are known when the graph compiles). A direct
     call is checked in Python first (PortedCell.__call__), with the same words."""
     shape, x = spec.shape, spec.name
     if None in shape:
@@ -273,19 +273,27 @@ def _input_check(module_name: str, spec) -> list[str]:
                                                              if n is not None]
     else:
         conditions = [f"{x}.shape != {tuple(shape)!r}"]
-    conditions.append(f"{x}.dtype != _ms.{_ms_dtype_attr(spec.dtype)}")
     return ["        if " + " or ".join(conditions) + ":",
-            f"            raise ValueError({expected_input(module_name, spec)!r}",
-            f"                             + str({x}.shape) + ' ' + str({x}.dtype))"]
+            f"            raise ValueError({expected_shape(module_name, spec)!r} + str({x}.shape))",
+            f"        if {x}.dtype != _ms.{_ms_dtype_attr(spec.dtype)}:",
+            f"            raise TypeError({expected_dtype(module_name, spec)!r} + str({x}.dtype))"]
 
 
-def expected_input(module_name: str, spec) -> str:
-    """The start of the error for an input of another shape or dtype (followed by what was given)."""
+def expected_shape(module_name: str, spec) -> str:
+    """The start of the error for an input of another shape (followed by the shape given)."""
     shape = spec.shape
     described = "(" + ", ".join("batch" if n is None else str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
-    return (f"{module_name} was ported for input {spec.name} of shape {described} and dtype {ms_name(spec.dtype)}"
+    return (f"{module_name} was ported for input {spec.name} of shape {described}"
             + (" (any batch size)" if None in shape else
                "; port it with aot_ops.from_torch(..., dynamic_batch=True) for other batch sizes") + "; got ")
+
+
+def expected_dtype(module_name: str, spec) -> str:
+    """The start of the error for an input of another dtype (followed by the dtype given): a cast in front of the
+    cell (mixed precision casts inputs) or a port with an example of that dtype is the way out."""
+    return (f"{module_name} was ported for input {spec.name} of dtype {ms_name(spec.dtype)}: cast the input to "
+            f"{ms_name(spec.dtype)} (mixed precision such as ms.amp O2 casts a cell's inputs), or port the module "
+            "with an example input of the dtype it will get; got ")
 
 
 def _ms_dtype_attr(dtype: torch.dtype) -> str:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import torch
 
+from ..errors import Error
 
-class PortError(RuntimeError):
+
+class PortError(Error, RuntimeError):
     """A torch module cannot be ported as it is; the message names the node and what to do."""
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..errors import Error
+
 ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/tikcpp/ascendc_kernel_cmake/ascendc.cmake")
 
 
@@ -25,7 +27,7 @@ def npu_project() -> Path:
     return bundled_project()
 
 
-class CannNotFoundError(RuntimeError):
+class CannNotFoundError(Error, RuntimeError):
     """The NPU build was asked for on a machine without CANN."""
 
 

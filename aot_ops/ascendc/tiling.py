@@ -24,12 +24,14 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ..errors import Error
 
-class CannotTile(Exception):
+
+class CannotTile(Error):
     """The kernel cannot run on these shapes (the fallback runs); the message says why."""
 
 
-class TilingError(TypeError):
+class TilingError(Error, TypeError):
     """The tiling function is not one this module can run or compile (the message names the construct)."""
 
 

@@ -37,12 +37,15 @@ def add2(library=None):
 
 def load_torch_op(library) -> None:
     """Loads a library holding add2 into this process, which registers torch.ops.aot_ops_cuda.add2, and adds the
-    fake implementation torch.compile traces with."""
-    import ctypes
+    fake implementation torch.compile traces with.
 
+    Through the one opener: MS_CUSTOM_AOT_WHITE_LIST is honoured before the library's constructors run, and the
+    handle is the one MindSpore's loads share. Registering a torch operator needs no RTLD_GLOBAL."""
     import torch
 
-    ctypes.CDLL(str(library.path if hasattr(library, "path") else library), mode=ctypes.RTLD_GLOBAL)
+    from .._clib import open_library
+
+    open_library(library.path if hasattr(library, "path") else library)
     _register_fake(torch)
 
 

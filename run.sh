@@ -2,6 +2,7 @@
 # One entry point for a fresh machine:
 #   ./run.sh demo            set up if needed, then run the demo (examples/demo.py)
 #   ./run.sh test [ARGS]     set up if needed, then run the whole test suite (ARGS go to pytest)
+#   ./run.sh test --quick    the developer's loop: tests marked slow skipped, one dtype of each kind
 # Setting up = a virtual environment in .venv with the pinned requirements, and the package installed in
 # editable mode, which builds the bundled kernel libraries. Each step is skipped when nothing it depends on changed.
 set -euo pipefail
@@ -55,10 +56,14 @@ case "$cmd" in
     ;;
   test)
     setup_env
+    if [ "${1:-}" = "--quick" ]; then  # the developer's loop: slow tests skipped, one dtype of each kind
+      shift
+      AOT_OPS_QUICK_TESTS=1 exec "$PY" -m pytest -m "not slow" "$@"
+    fi
     exec "$PY" -m pytest "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo | test [pytest args]" >&2
+    echo "usage: ./run.sh demo | test [--quick] [pytest args]" >&2
     exit 2
     ;;
 esac

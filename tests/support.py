@@ -1,6 +1,7 @@
 """Helpers the tests share: run an operator in a Cell (forward or VJP) and compare with torch."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,16 @@ from aot_ops._convert import to_ms, to_torch  # noqa: F401 - re-exported for the
 
 MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
 
+# The quick loop (./run.sh test --quick) sets AOT_OPS_QUICK_TESTS=1: one dtype of each kind instead of every dtype.
+QUICK = os.environ.get("AOT_OPS_QUICK_TESTS") == "1"
+
 ALL_DTYPES = (
     torch.float16, torch.bfloat16, torch.float32, torch.float64,
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64,
     torch.bool, torch.complex64, torch.complex128,
-)
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+) if not QUICK else (torch.bfloat16, torch.float32, torch.int64, torch.uint8, torch.bool, torch.complex64)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64) if not QUICK else (
+    torch.bfloat16, torch.float32)
 
 
 def as_tuple(x):

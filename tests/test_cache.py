@@ -44,6 +44,7 @@ def test_second_load_in_a_new_process_runs_no_compiler(aot_cache, tmp_path):
     assert not second["torch_imported"] and not second["mindspore_imported"]
 
 
+@pytest.mark.slow  # processes building, killed or waiting on the build lock
 def test_four_processes_loading_a_new_source_build_it_once(aot_cache, tmp_path):
     source = write_plain_add(tmp_path / "src")
     wrapper, log = compiler_wrapper(tmp_path / "bin")
@@ -56,6 +57,7 @@ def test_four_processes_loading_a_new_source_build_it_once(aot_cache, tmp_path):
     assert len({r["path"] for r in results}) == 1
 
 
+@pytest.mark.slow  # processes building, killed or waiting on the build lock
 def test_builder_killed_mid_build_does_not_block_the_next_build(aot_cache, tmp_path):
     source = write_plain_add(tmp_path / "src")
     wrapper, log = compiler_wrapper(tmp_path / "bin")
@@ -76,6 +78,7 @@ def test_builder_killed_mid_build_does_not_block_the_next_build(aot_cache, tmp_p
     assert (aot_cache / "plain_add" / ".lock").exists()  # the file stays; only the kernel's lock died with it
 
 
+@pytest.mark.slow  # processes building, killed or waiting on the build lock
 def test_waiting_for_the_lock_says_why(aot_cache, caplog, monkeypatch):
     monkeypatch.setattr(build_lock, "NOTICE_AFTER_S", 0.2)
     path = aot_cache / "busy" / ".lock"

@@ -56,6 +56,7 @@ def symbols(obj: Path) -> str:
     return subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow  # nvcc and every kernel compiled for sm_90
 @needs_nvcc
 def test_add2_compiles_with_nvcc_for_sm90(cuda_objects):
     add2 = next(o for o in cuda_objects if "add2" in o.name)
@@ -66,6 +67,7 @@ def test_add2_compiles_with_nvcc_for_sm90(cuda_objects):
     assert "add2::add2_vectorised" in table  # the kernel's host stub
 
 
+@pytest.mark.slow  # nvcc and every kernel compiled for sm_90
 @needs_nvcc
 def test_bundled_kernels_compile_with_cuda_placement(cuda_objects):
     defined = "".join(symbols(o) for o in cuda_objects)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from support import REPO
+
+pytestmark = pytest.mark.slow  # two workers under msrun
 
 EXAMPLE = REPO / "examples" / "data_parallel.py"
 

@@ -5,7 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from support import REPO
+
+pytestmark = pytest.mark.slow  # the demo: ResNet-18 ported and trained
 
 
 def test_demo_ports_resnet18_and_trains_it_like_torch():

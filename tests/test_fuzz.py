@@ -3,6 +3,7 @@ result, no hang, no error of aot_ops' own that fails to name the operator. `pyth
 runs a longer campaign."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from aot_ops import _fuzz
@@ -10,6 +11,7 @@ from aot_ops._fuzz.campaign import Worker
 from aot_ops._fuzz.cases import Generator
 
 
+@pytest.mark.slow  # 240 hostile calls in worker processes
 def test_campaign_has_no_death_wrong_result_hang_or_unnamed_error():
     report = _fuzz.run(240, seed=2026, jobs=2, timeout=60)
     print(report.summary())

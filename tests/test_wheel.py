@@ -23,6 +23,8 @@ import pytest
 
 from support import REPO
 
+pytestmark = pytest.mark.slow  # builds an sdist and a wheel and installs them into a new environment (~6 min)
+
 # This environment's packages that must not be reused: aot_ops itself (the editable install of the checkout).
 NOT_REUSED = re.compile(r"^(aot_ops|__editable__|__pycache__)")
 

@@ -11,6 +11,8 @@ import pytest
 
 from aot_ops import zoo
 
+pytestmark = pytest.mark.slow  # 19 transformers families, eight stages each (~6 min)
+
 _reports: dict[str, zoo.Report] = {}
 
 

@@ -39,7 +39,7 @@ setup_env() {
   fi
   local build_stamp="$VENV/.build.sha256"
   local build_hash; build_hash=$(fingerprint setup.py pyproject.toml MANIFEST.in aot_ops/extension.py \
-    aot_ops/_paths.py $(find ms_ext kernels aot_ops/_build aot_ops/_front -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.cu' \) | sort))
+    aot_ops/_native/paths.py $(find ms_ext kernels aot_ops/_build aot_ops/_front aot_ops/ascendc -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.py' -o -name '*.cu' \) | sort))
   if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_hash" ] || [ ! -f aot_ops/lib/libaot_ops_cpu.so.build.json ]; then
     echo "== building the kernel libraries (pip install -e .)"
     "$PY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .

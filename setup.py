@@ -21,7 +21,7 @@ from aot_ops.extension import AotExtension, BuildAotExtension  # noqa: E402
 
 # Run-time sources an installed aot_ops needs: ms_ext (compiled into every library aot_ops.load builds) and the
 # kernels compiled on the user's machine (CUDA add2, the Ascend C NPU project). A checkout uses the top-level
-# folders; a wheel carries them as aot_ops/_ms_ext and aot_ops/_kernels (aot_ops._paths.source_dir).
+# folders; a wheel carries them as aot_ops/_ms_ext and aot_ops/_kernels (aot_ops._native.paths.source_dir).
 SHIPPED_SOURCES = ("ms_ext", "kernels")
 
 
@@ -53,8 +53,8 @@ ASCENDC = Path("kernels") / "ascendc"
 def ascendc_sources() -> list[Path]:
     """The Ascend C kernels (compiled by g++ against the emulator's kernel_operator.h), the emulator settings and
     path counts (kernels/ascendc/aot), and the launches and entry points generated from the kernels' declarations
-    (aot_ops/ascendc/bundled.py) by the code generator users' kernels go through (aot_ops.ascendc.load)."""
-    from aot_ops.ascendc import bundled
+    (aot_ops/ascendc/_bundled.py) by the code generator users' kernels go through (aot_ops.ascendc.load)."""
+    from aot_ops.ascendc import _bundled as bundled
 
     generated = Path("build") / "generated" / "ascendc_bundled_entries.cpp"
     text = bundled.library_source()

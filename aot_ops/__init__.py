@@ -45,22 +45,22 @@ import MindSpore.
 """
 from __future__ import annotations
 
-from ._lazy import lazy_names
+from ._core.lazy import lazy_names
 from .errors import Error  # noqa: F401 - the base of every aot_ops exception class
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "include_paths": ("._bundled", "include_paths"),
+    "include_paths": ("._build.bundled", "include_paths"),
     "check_library": ("._build.build_info", "check_library"),
     "StaleLibraryError": ("._build.build_info", "StaleLibraryError"),
-    "library_path": ("._bundled", "library_path"),
-    "AotOp": ("._primitive", "AotOp"),
-    "last_error": ("._runtime", "last_error"),
-    "live_kernel_states": ("._runtime", "live_kernel_states"),
-    "aten_launches": ("._runtime", "aten_launches"),
-    "program_launches": ("._runtime", "program_launches"),
-    "program_seconds": ("._runtime", "program_seconds"),
+    "library_path": ("._build.bundled", "library_path"),
+    "AotOp": ("._core.primitive", "AotOp"),
+    "last_error": ("._core.native_state", "last_error"),
+    "live_kernel_states": ("._core.native_state", "live_kernel_states"),
+    "aten_launches": ("._core.native_state", "aten_launches"),
+    "program_launches": ("._core.native_state", "program_launches"),
+    "program_seconds": ("._core.native_state", "program_seconds"),
     "leaky_relu": (".operators", "leaky_relu"),
     "add": (".operators", "add"),
     "mul": (".operators", "mul"),
@@ -72,24 +72,24 @@ _LAZY = {
     "gelu": (".operators", "gelu"),
     "layer_norm": (".operators", "layer_norm"),
     "permute": (".operators", "permute"),
-    "load": ("._library", "load"),
-    "load_inline": ("._library", "load_inline"),
-    "Library": ("._library", "Library"),
+    "load": ("._core.library", "load"),
+    "load_inline": ("._core.library", "load_inline"),
+    "Library": ("._core.library", "Library"),
     "BuildError": ("._build.builder", "BuildError"),
-    "cache_dir": ("._library", "cache_dir"),
-    "cache_entries": ("._library", "cache_entries"),
-    "clean_cache": ("._library", "clean_cache"),
+    "cache_dir": ("._core.library", "cache_dir"),
+    "cache_entries": ("._core.library", "cache_entries"),
+    "clean_cache": ("._core.library", "clean_cache"),
     "harness": (".harness", None),
     "extension": (".extension", None),
     "ascendc": (".ascendc", None),
     "cuda": (".cuda", None),
-    "conformance": (".conformance", None),
+    "conformance": (".tools.conformance", None),
     "aten": (".aten", None),
     "operators": (".operators", None),
     "from_torch": ("._port", "from_torch"),
     "PortError": ("._port", "PortError"),
     "generate": ("._port.decoding", "generate"),
-    "zoo": (".zoo", None),
+    "zoo": (".tools.zoo", None),
 }
 
 __all__ = sorted([*_LAZY, "Error"])

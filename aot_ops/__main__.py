@@ -70,7 +70,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
 
-    from ._build import doctor
+    from .tools import doctor
 
     findings = doctor.diagnose()
     if args.json:
@@ -84,7 +84,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    from . import _fuzz
+    from .tools import fuzz as _fuzz
 
     def progress(done, total):
         if done % 100 == 0 or done == total:
@@ -101,12 +101,12 @@ def _fuzz(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["conformance"]:  # its own argument parser (aot_ops/conformance.py)
-        from . import conformance
+    if argv[:1] == ["conformance"]:  # its own argument parser (aot_ops/tools/conformance.py)
+        from .tools import conformance
 
         return conformance.main(argv[1:])
-    if argv[:1] == ["zoo"]:  # its own argument parser (aot_ops/zoo.py)
-        from . import zoo
+    if argv[:1] == ["zoo"]:  # its own argument parser (aot_ops/tools/zoo.py)
+        from .tools import zoo
 
         return zoo.main(argv[1:])
     from . import __version__

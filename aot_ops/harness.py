@@ -20,9 +20,9 @@ from typing import Mapping, Sequence
 
 import torch
 
-from ._clib import last_error, open_library
-from ._dtypes import checked_ms_name
-from ._packed_attrs import pack
+from ._native.opener import last_error, open_library
+from ._core.dtypes import checked_ms_name
+from ._core.packed_attrs import pack
 from .errors import Error
 
 
@@ -39,7 +39,7 @@ def _shim_library(target: ctypes.CDLL) -> ctypes.CDLL:
     or the bundled library's when the target was not built with ms_ext."""
     if hasattr(target, "ms_ext_guarded_call"):
         return target
-    from ._bundled import library_path
+    from ._build.bundled import library_path
 
     return _load(str(library_path()))
 

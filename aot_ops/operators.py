@@ -23,10 +23,10 @@ import numpy as np
 
 from mindspore import nn
 
-from . import _bprops
-from ._opdef import Backward, OpDef
-from ._bundled import library_path
-from ._primitive import AotOp
+from ._core import bprops as _bprops
+from ._core.opdef import Backward, OpDef
+from ._build.bundled import library_path
+from ._core.primitive import AotOp
 
 
 def _define(symbol: str, attrs: dict | None = None, backward: Backward | None = None) -> AotOp:

@@ -139,7 +139,7 @@ def _graph_dynamic(op, sample, reference, compare, name):
 def _gradient(op, sample, reference, compare, name):
     import mindspore as ms
 
-    from ._convert import to_ms, to_torch
+    from ._core.convert import to_ms, to_torch
 
     wrt = [i for i, t in enumerate(sample) if t.is_floating_point()]
     if not wrt:
@@ -187,7 +187,7 @@ def _empty(op, sample, reference, compare, name):
 def _non_contiguous(op, sample, reference, compare, name):
     import mindspore as ms
 
-    from ._convert import to_ms
+    from ._core.convert import to_ms
 
     if not any(t.dim() >= 2 for t in sample):
         return "no input of rank >= 2"
@@ -236,7 +236,7 @@ def _expect_error(op, inputs, name):
 
 
 def _to_ms(t):
-    from ._convert import to_ms
+    from ._core.convert import to_ms
 
     return to_ms(t)
 
@@ -246,7 +246,7 @@ def _call(op, sample):
 
 
 def _outputs(out):
-    from ._convert import to_torch
+    from ._core.convert import to_torch
 
     return tuple(to_torch(o) for o in _as_tuple(out))
 
@@ -256,13 +256,13 @@ def _as_tuple(x):
 
 
 def _cell(op):
-    from ._cells import OpCell
+    from ._core.cells import OpCell
 
     return OpCell(op)
 
 
 def _ms_dtype(dtype: torch.dtype):
-    from . import _dtypes
+    from ._core import dtypes as _dtypes
 
     return _dtypes.to_ms(dtype)
 

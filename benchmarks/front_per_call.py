@@ -25,7 +25,7 @@ from mindspore import ops
 import aot_ops
 from _timing import per_call_us
 from aot_ops import aten
-from aot_ops._front import front
+from aot_ops._core import front
 
 ms.set_device("CPU")
 ms.set_context(mode=ms.PYNATIVE_MODE)

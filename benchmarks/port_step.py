@@ -38,7 +38,7 @@ import torch
 from mindspore import nn as msnn
 
 import aot_ops
-from aot_ops._convert import to_ms
+from aot_ops._core.convert import to_ms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from torch_nets import ResNet, TransformerClassifier, WithLoss  # noqa: E402

@@ -22,7 +22,7 @@ from mindspore import nn as msnn
 from torch import nn
 
 import aot_ops
-from aot_ops._convert import to_ms
+from aot_ops._core.convert import to_ms
 
 STEPS = 5
 GLOBAL_BATCH = 8

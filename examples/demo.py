@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from mindspore import nn as msnn
 
 import aot_ops
-from aot_ops._convert import to_ms, to_torch
+from aot_ops._core.convert import to_ms, to_torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from resnet import resnet18  # noqa: E402  (torchvision's layout, written with torch.nn)

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from mindspore import nn, ops
 
-from aot_ops._cells import ListCall, OpCell  # noqa: F401 - re-exported for the tests
-from aot_ops._convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
+from aot_ops._core.cells import ListCall, OpCell  # noqa: F401 - re-exported for the tests
+from aot_ops._core.convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
 
 MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
 

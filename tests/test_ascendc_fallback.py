@@ -67,10 +67,10 @@ def test_softmax_custom_falls_back_to_aten(shape, dtype):
 ])
 @pytest.mark.parametrize("block_dim", [1, 3, 8])
 def test_the_compiled_tiling_decides_as_the_python_one(kernel, dtype, shapes, attrs, block_dim):
-    # The bundled kernels are declared like a user's (aot_ops/ascendc/bundled.py): the tiling function setup.py
+    # The bundled kernels are declared like a user's (aot_ops/ascendc/_bundled.py): the tiling function setup.py
     # compiled into the library takes the kernel path exactly where the Python function accepts the shapes.
-    from aot_ops.ascendc import bundled
-    from aot_ops.ascendc.tiling import CannotTile, evaluate
+    from aot_ops.ascendc import _bundled as bundled
+    from aot_ops.ascendc._tiling import CannotTile, evaluate
 
     try:
         evaluate(bundled.KERNELS[kernel].tiling, shapes, block_dim, rt.UB_910B, **attrs)

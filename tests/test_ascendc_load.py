@@ -16,7 +16,7 @@ import torch
 import aot_ops
 from aot_ops import ascendc
 from aot_ops.ascendc import runtime as rt
-from aot_ops.ascendc.tiling import CannotTile, TilingError, evaluate
+from aot_ops.ascendc._tiling import CannotTile, TilingError, evaluate
 from aot_ops.testing import OpCheckError, opcheck
 from support import to_ms, to_torch
 

@@ -51,9 +51,9 @@ def test_command_line_exits_with_the_message():
 def test_the_bundled_npu_project_is_generated_from_the_declarations(tmp_path):
     # No CANN here: the bundled kernels' host launches are compiled against stand-ins of CANN's headers whose launch
     # macro prints the arguments, and run: the compiled tiling gives what the Python one gives, float slope included.
-    from aot_ops.ascendc import bundled
+    from aot_ops.ascendc import _bundled as bundled
     from aot_ops.ascendc.runtime import UB_910B
-    from aot_ops.ascendc.tiling import evaluate
+    from aot_ops.ascendc._tiling import evaluate
 
     project = ascendc_npu.npu_project()
     cmake = (project / "CMakeLists.txt").read_text()

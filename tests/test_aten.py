@@ -395,7 +395,7 @@ def test_several_outputs_with_run_time_sizes_have_gradients(mode):
 def test_factories_run_only_in_programs_and_never_read_files():
     # A program (from_torch's fuse=True) may create a tensor from sizes alone (an RNN's zero state sized by the
     # batch); a lone operator, which runs whatever its attributes name, may not; nothing may read a file.
-    from aot_ops._runtime import aten_refusal
+    from aot_ops._core.native_state import aten_refusal
 
     assert "a factory function" in aten_refusal("aten::zeros")
     assert aten_refusal("aten::zeros", allow_factories=True) == ""

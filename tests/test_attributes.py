@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import aot_ops
 from aot_ops import AotOp
-from aot_ops._packed_attrs import pack
+from aot_ops._core.packed_attrs import pack
 from support import OpCell, assert_same, run_forward, sample, to_ms, to_torch
 
 ALL_KINDS = {
@@ -112,7 +112,7 @@ def test_launches_use_the_state_parsed_once(user_library, mode):
     assert per_call <= (0 if mode == ms.GRAPH_MODE else 1), per_call
 
 
-# ---- packed attribute tables (aot_ops._packed_attrs.pack, read by ms_ext::Attrs::unpack) ------------------------
+# ---- packed attribute tables (aot_ops._core.packed_attrs.pack, read by ms_ext::Attrs::unpack) ------------------------
 
 def packed_echo(library, attrs):
     op = AotOp(library, "PackedAttrEcho", attrs={"packed": pack(attrs)})

@@ -130,7 +130,7 @@ def test_dollar_space_and_colon_in_source_paths(aot_cache, tmp_path):
 WHITE_LIST_CASE = '''
 import os, sys
 import aot_ops
-from aot_ops import _clib
+from aot_ops._native import opener as _clib
 try:
     {call}
     print("RESULT ok")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aot_ops import conformance
+from aot_ops.tools import conformance
 
 IN_SCOPE = ["add", "mul", "sub", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "abs", "clamp",
             "where", "sum", "mean", "amax", "matmul", "mm", "bmm", "addmm", "softmax", "log_softmax",

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from aot_ops import _attr_kinds, _clib
+from aot_ops._core import attr_kinds as _attr_kinds
+from aot_ops._native import opener as _clib
 from aot_ops._aten.argtypes import ArgKind
 from support import REPO
 

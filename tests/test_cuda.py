@@ -207,7 +207,7 @@ def test_reg_info_declares_the_device_the_operator_runs_on(monkeypatch, target):
     """A CUDA kernel's primitive must register for GPU: the reg_info target follows MindSpore's device target."""
     import mindspore as ms
 
-    from aot_ops import _primitive
+    from aot_ops._core import primitive as _primitive
 
     real = ms.get_context
     monkeypatch.setattr(ms, "get_context", lambda key: target if key == "device_target" else real(key))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from aot_ops._build import doctor
+from aot_ops.tools import doctor
 from loader_support import REPO, env_with
 
 
@@ -24,7 +24,7 @@ def test_doctor_passes_here_and_prints_a_table(tmp_path):
 
 
 def test_doctor_does_not_import_mindspore():
-    script = "import sys; from aot_ops._build import doctor; doctor.diagnose(); print('mindspore' in sys.modules)"
+    script = "import sys; from aot_ops.tools import doctor; doctor.diagnose(); print('mindspore' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn, ops
 
 import aot_ops
-from aot_ops import _signature
+from aot_ops._core import signature as _signature
 from support import sample, to_ms, to_torch
 
 BATCHES = (1, 3, 8, 2, 17)

@@ -13,7 +13,7 @@ from mindspore import nn as msnn
 from torch import nn
 
 import aot_ops
-from aot_ops import _primitive
+from aot_ops._core import primitive as _primitive
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, GroupedAttentionNet, LookupNet,
                         LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT,

@@ -16,7 +16,7 @@ from mindspore import ops
 
 import aot_ops
 from aot_ops import AotOp, aten
-from aot_ops._front import front
+from aot_ops._core import front
 from support import assert_same, sample, to_ms, to_torch
 
 pytestmark = pytest.mark.skipif(not front.active(), reason=f"the fast front is not active: {front.status()}")
@@ -122,7 +122,7 @@ def test_built_in_operator_reading_a_front_output_first_sees_it_written():
     code = textwrap.dedent("""
         import numpy as np, mindspore as ms, aot_ops
         from mindspore import ops
-        from aot_ops._front import front
+        from aot_ops._core import front
         ms.set_device("CPU")
         assert front.active(), front.status()
         data = np.random.default_rng(0).standard_normal((2000, 2000)).astype(np.float32)
@@ -202,7 +202,7 @@ def test_non_tensor_arguments_keep_the_custom_paths_handling():
 def test_switch_off_keeps_every_call_on_the_custom_path_with_the_same_values():
     code = textwrap.dedent("""
         import numpy as np, mindspore as ms, aot_ops
-        from aot_ops._front import front
+        from aot_ops._core import front
         ms.set_device("CPU")
         x = ms.Tensor(np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4))
         y = aot_ops.leaky_relu(negative_slope=0.25)(x.T).asnumpy()
@@ -223,7 +223,7 @@ def test_switch_off_keeps_every_call_on_the_custom_path_with_the_same_values():
 
 
 def test_doctor_reports_the_front():
-    from aot_ops._build import doctor
+    from aot_ops.tools import doctor
 
     finding = doctor.check_front()
     assert finding.status == doctor.OK and finding.detail.startswith("active"), finding

@@ -1,4 +1,4 @@
-"""Generated hostile calls (aot_ops._fuzz) in both modes, each in a worker process: no process death, no wrong
+"""Generated hostile calls (aot_ops.tools.fuzz) in both modes, each in a worker process: no process death, no wrong
 result, no hang, no error of aot_ops' own that fails to name the operator. `python -m aot_ops fuzz --cases N`
 runs a longer campaign."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aot_ops import _fuzz
-from aot_ops._fuzz.campaign import Worker
-from aot_ops._fuzz.cases import Generator
+from aot_ops.tools import fuzz as _fuzz
+from aot_ops.tools.fuzz.campaign import Worker
+from aot_ops.tools.fuzz.cases import Generator
 
 
 @pytest.mark.slow  # 240 hostile calls in worker processes
@@ -37,7 +37,7 @@ def test_a_dead_worker_is_counted_as_a_death():
 
 
 def test_the_judge_sees_a_wrong_value_dtype_or_shape():
-    from aot_ops._fuzz.worker import same
+    from aot_ops.tools.fuzz.worker import same
 
     expected = (torch.tensor([1.0, 2.0]),)
     assert same((torch.tensor([1.0, 2.0]),), expected) is None

@@ -29,7 +29,7 @@ def reg(name, n_in, n_out):
         r = r.output(i, f"y{i}")
     return r.dtype_format(*([DataType.None_None] * (n_in + n_out))).target("CPU").get_op_info()
 
-from aot_ops._cells import OpCell as Call
+from aot_ops._core.cells import OpCell as Call
 
 def t(*shape, dtype=np.float32, value=1.0):
     return ms.Tensor(np.full(shape, value, dtype))

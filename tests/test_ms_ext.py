@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import aot_ops
-from aot_ops import _dtypes, harness
+from aot_ops._core import dtypes as _dtypes
+from aot_ops import harness
 from support import sample
 
 MS_DTYPE_STRINGS = {
@@ -44,8 +45,8 @@ def test_dtype_rule_takes_and_gives_mindspore_names():
     """The C interface of a kernel's dtype rule speaks MindSpore's dtype names, in both directions."""
     import ctypes
 
-    from aot_ops import _clib
-    from aot_ops._signature import read_signature
+    from aot_ops._native import opener as _clib
+    from aot_ops._core.signature import read_signature
 
     path = str(aot_ops.library_path())
     signature = read_signature(path, "Add")

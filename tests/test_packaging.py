@@ -12,7 +12,7 @@ import pytest
 
 import aot_ops
 from aot_ops._build import build_info, builder
-from aot_ops._paths import LIB_DIR
+from aot_ops._native.paths import LIB_DIR
 from aot_ops.extension import installed_torch_runpath
 from support import REPO
 
@@ -114,8 +114,8 @@ def test_one_library_path_names_every_bundled_library():
 
 
 def test_an_operator_definition_takes_a_backward_kernel_or_a_bprop_not_both():
-    from aot_ops._bprops import cotangent_then_inputs
-    from aot_ops._opdef import Backward, OpDef
+    from aot_ops._core.bprops import cotangent_then_inputs
+    from aot_ops._core.opdef import Backward, OpDef
 
     with pytest.raises(TypeError, match="LeakyRelu: give a backward kernel or a bprop, not both"):
         OpDef(aot_ops.library_path(), "LeakyRelu", backward=Backward("LeakyReluGrad", cotangent_then_inputs),
@@ -161,7 +161,7 @@ TORCH_ELSEWHERE = '''
 import ctypes, os, sys
 from pathlib import Path
 import aot_ops
-from aot_ops import _bundled
+from aot_ops._build import bundled as _bundled
 _bundled.LIB_DIR = Path(sys.argv[1])
 path = aot_ops.library_path()
 ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)   # what MindSpore's Custom does with the path
@@ -172,7 +172,7 @@ print("loaded", path.name, "torch imported:", "torch" in sys.modules)
 def test_library_path_hands_out_a_library_that_loads_with_torch_in_another_site_packages(tmp_path):
     """A bundled library installed where `$ORIGIN/../../torch/lib` holds no torch (torch in another site-packages):
     the path library_path() gives loads in a process that never imported torch."""
-    from aot_ops._paths import LIBRARIES
+    from aot_ops._native.paths import LIBRARIES
 
     source = tmp_path / "needs_torch.cpp"
     source.write_text('#include <ATen/ops/empty.h>\n'

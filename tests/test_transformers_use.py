@@ -11,7 +11,7 @@ import torch
 import transformers
 
 import aot_ops
-from aot_ops import zoo
+from aot_ops.tools import zoo
 from mindspore.graph import api as graph_api
 from support import to_ms, to_torch
 

@@ -87,8 +87,8 @@ def _python(installed, source: str, timeout=600) -> str:
 
 def test_installed_package_is_the_wheel_with_its_sources(installed):
     out = _python(installed, """
-        import aot_ops, aot_ops._aten, aot_ops._port, aot_ops._fuzz
-        from aot_ops import _paths
+        import aot_ops, aot_ops._aten, aot_ops._port, aot_ops.tools.fuzz
+        from aot_ops._native import paths as _paths
         from aot_ops.ascendc import npu as ascendc_npu
         print(aot_ops.__file__)
         print((_paths.source_dir("kernels") / "cuda" / "add2.cu").is_file(), ascendc_npu.npu_project().is_dir())
@@ -112,7 +112,7 @@ def test_classic_custom_op_loads_without_importing_torch(installed):
         import numpy as np
         import mindspore as ms
         from mindspore import ops
-        from aot_ops._bundled import library_path
+        from aot_ops._build.bundled import library_path
         op = ops.Custom(f"{library_path()}:LeakyRelu", out_shape=lambda x: x, out_dtype=lambda x: x,
                         func_type="aot")
         y = op(ms.Tensor(np.array([[0.0, -0.5], [-2.0, 1.0]], np.float32))).asnumpy()
@@ -178,7 +178,7 @@ def test_library_built_for_another_torch_is_refused(installed):
     out = _python(installed, """
         import json
         import aot_ops
-        from aot_ops._paths import LIB_DIR
+        from aot_ops._native.paths import LIB_DIR
         record = LIB_DIR / "libaot_ops_cpu.so.build.json"
         saved = record.read_text()
         record.write_text(json.dumps({**json.loads(saved), "torch": "2.12.0"}))

@@ -1,4 +1,4 @@
-"""The model zoo (aot_ops/zoo.py): real Hugging Face transformers models, each stage against torch.
+"""The model zoo (aot_ops/tools/zoo.py): real Hugging Face transformers models, each stage against torch.
 
 For every family: the evaluation forward in PyNative and GRAPH_MODE, one aot call per node and fused, and three
 SGD steps of training in the same four ways (first-step gradients, losses, parameters and buffers after training;
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from aot_ops import zoo
+from aot_ops.tools import zoo
 
 pytestmark = pytest.mark.slow  # 19 transformers families, eight stages each (~6 min)
 

@@ -14,11 +14,11 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _dtypes
+from .._core import dtypes as _dtypes
 from .sizes import SizeExpr, evaluate, is_symbolic
 
 
-class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in kernels/aten/generic/aten_op.cpp
+class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in kernels/aten/generic/aten_plan.h (tests/test_contracts.py)
     TENSOR = 0
     NONE = 1
     BOOL = 2

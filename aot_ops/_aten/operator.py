@@ -12,12 +12,12 @@ from typing import Any, Sequence
 
 import torch
 
-from .._bprops import inputs_then_cotangent, inputs_then_cotangents
-from .._cells import OptionalInputs
-from .._meta import MetaInference
-from .._opdef import Backward, OpDef
-from .._bundled import library_path
-from .._primitive import AotOp, CppInference
+from .._core.bprops import inputs_then_cotangent, inputs_then_cotangents
+from .._core.cells import OptionalInputs
+from .._core.inference import MetaInference
+from .._core.opdef import Backward, OpDef
+from .._build.bundled import library_path
+from .._core.primitive import AotOp, CppInference
 from .argtypes import CALL_TIME_LIST, arg_type
 from .encode import encode
 from .schema import BoundCall, check_in_scope, out_variant

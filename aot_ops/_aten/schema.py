@@ -163,7 +163,7 @@ def check_in_scope(call: BoundCall, attrs: dict, inputs: Sequence[Any] | None = 
     `inputs`: its tensors (anything with a dtype; None for a None input), or None before they are known.
     `factories`: accept operators that take no tensor (from_torch computes those with constant arguments once, as
     constants). Returns whether the inputs' dtypes can still refuse the call (ask again with them)."""
-    from .. import _dtypes, _runtime
+    from .._core import dtypes as _dtypes, native_state as _runtime
 
     def name(t) -> str | None:
         dtype = getattr(t, "dtype", None)

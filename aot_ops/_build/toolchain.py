@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .._paths import source_dir
+from .._native.paths import source_dir
 
 # The MindSpore release whose AotExtra class layout ms_ext/src/aot_extra_abi0.cpp mirrors.
 MINDSPORE_CONTRACT = "2.10"

@@ -22,10 +22,10 @@ import torch
 from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
-from .. import _dtypes
-from .._convert import to_ms, to_torch
-from .._bundled import library_path
-from .._primitive import CALL_LOCK, AotOp, CppInference
+from .._core import dtypes as _dtypes
+from .._core.convert import to_ms, to_torch
+from .._build.bundled import library_path
+from .._core.primitive import CALL_LOCK, AotOp, CppInference
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError
 

@@ -17,7 +17,7 @@ import torch
 
 from .._aten.argtypes import CALL_TIME
 from .._aten.sizes import SizeExpr
-from .._dtypes import ms_name
+from .._core.dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
 

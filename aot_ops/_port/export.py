@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from .. import _runtime
+from .._core import native_state as _runtime
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import PortError

@@ -21,7 +21,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
-from .._dtypes import has_ms_name
+from .._core.dtypes import has_ms_name
 from .errors import PortError, describe, module_of, source_line
 from .export import refusal
 

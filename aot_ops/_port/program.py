@@ -2,7 +2,7 @@
 
 Each node is encoded exactly as `aten.op` encodes one call for the generic AtenOp entry (schema binding, then
 _aten.encode), under the prefix n<k>_, plus the slots its tensor inputs come from. The nodes' attributes travel
-packed in one string attribute (_packed_attrs: MindSpore converts each attribute on every PyNative call). The
+packed in one string attribute (_core/packed_attrs.py: MindSpore converts each attribute on every PyNative call). The
 program is parsed once by the kernel, and executed there through the c10 dispatcher with no Python.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from .._aten import schema as _schema
 from .._aten.encode import encode
 from .._aten.sizes import encode_shapes
-from .._packed_attrs import pack
+from .._core.packed_attrs import pack
 from .errors import PortError
 from .graph import Graph, Item, Operator
 

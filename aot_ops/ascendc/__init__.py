@@ -16,7 +16,7 @@ The submodules load on first use, so reading path counts does not import MindSpo
 """
 from __future__ import annotations
 
-from .._lazy import lazy_names
+from .._core.lazy import lazy_names
 
 _LAZY = {
     "add_custom": (".operators", "add_custom"),
@@ -26,13 +26,13 @@ _LAZY = {
     "runtime": (".runtime", None),
     "torch_ops": (".torch_ops", None),
     "npu": (".npu", None),
-    "load": (".library", "load"),
-    "Kernel": (".declare", "Kernel"),
-    "require": (".tiling", "require"),
-    "minimum": (".tiling", "minimum"),
-    "maximum": (".tiling", "maximum"),
-    "where": (".tiling", "where"),
-    "CannotTile": (".tiling", "CannotTile"),
+    "load": ("._library", "load"),
+    "Kernel": ("._declare", "Kernel"),
+    "require": ("._tiling", "require"),
+    "minimum": ("._tiling", "minimum"),
+    "maximum": ("._tiling", "maximum"),
+    "where": ("._tiling", "where"),
+    "CannotTile": ("._tiling", "CannotTile"),
 }
 
 __all__ = sorted(_LAZY)

@@ -2,7 +2,7 @@
 
 Off unless CANN is present: without ASCEND_HOME_PATH (or without CANN's ascendc.cmake under it) this refuses to
 start with CannNotFoundError, rather than building half of it. On an NPU machine it configures and builds, with
-CMake, the CANN project generated from the kernels' declarations (the bundled kernels', aot_ops/ascendc/bundled.py,
+CMake, the CANN project generated from the kernels' declarations (the bundled kernels', aot_ops/ascendc/_bundled.py,
 or with --project a library's `lib.npu_project`) and prints the path of the library of host launches
 (`lib<name>_npu.so`: `<kernel>_launch(stream, buffers, shapes, ndims, block_dim, ub_bytes, attrs)`, 1 when the tiling
 refuses the shapes and the caller runs the fallback).
@@ -22,7 +22,7 @@ ASCENDC_CMAKE = ("compiler/tikcpp/ascendc_kernel_cmake/ascendc.cmake", "tools/ti
 
 def npu_project() -> Path:
     """The CANN project of the bundled kernels (bundled.npu_project: generated from their declarations)."""
-    from .bundled import npu_project as bundled_project
+    from ._bundled import npu_project as bundled_project
 
     return bundled_project()
 

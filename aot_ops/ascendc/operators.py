@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from .._primitive import AotOp
-from . import bundled
+from .._core.primitive import AotOp
+from . import _bundled as bundled
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 
-from .._clib import last_error, open_library
-from .._bundled import library_path
+from .._native.opener import last_error, open_library
+from .._build.bundled import library_path
 
 UB_910B = 192 * 1024
 UB_910A = 256 * 1024

@@ -18,8 +18,8 @@ implementation (the fallback on fake tensors) for torch.compile and the fallback
 """
 from __future__ import annotations
 
-from . import bundled
-from .torch_library import register, run_into
+from . import _bundled as bundled
+from ._torch_library import register, run_into
 
 NAMESPACE = bundled.NAME
 

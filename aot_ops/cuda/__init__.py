@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 
-from .._paths import source_dir
+from .._native.paths import source_dir
 
 
 @functools.lru_cache(maxsize=None)
 def add2_library():
     """add2 built just in time with aot_ops.load (cached across processes)."""
-    from .._library import load
+    from .._core.library import load
 
     kernels = source_dir("kernels") / "cuda"
     return load("add2", [kernels / "add2.cu"], extra_include_paths=[kernels])
@@ -28,7 +28,7 @@ def add2_library():
 def add2(library=None):
     """out = a + b on the GPU (float32, float16) as a MindSpore operator, from `library` (a path or a Library;
     default: the JIT build)."""
-    from .._primitive import AotOp
+    from .._core.primitive import AotOp
 
     lib = library if library is not None else add2_library()
     path = lib.path if hasattr(lib, "path") else lib
@@ -43,7 +43,7 @@ def load_torch_op(library) -> None:
     handle is the one MindSpore's loads share. Registering a torch operator needs no RTLD_GLOBAL."""
     import torch
 
-    from .._clib import open_library
+    from .._native.opener import open_library
 
     open_library(library.path if hasattr(library, "path") else library)
     _register_fake(torch)

@@ -2,7 +2,7 @@
 //
 // MindSpore converts every attribute of a Custom primitive on every PyNative call, about a microsecond each; a
 // program of a hundred ATen calls has over a thousand. aot_ops packs such attributes into one string
-// (aot_ops/_packed_attrs.py writes the format below), which costs MindSpore one conversion, and ms_ext::Attrs
+// (aot_ops/_core/packed_attrs.py writes the format below), which costs MindSpore one conversion, and ms_ext::Attrs
 // reads the table exactly as it reads MindSpore's own attributes.
 //
 // Format: entries one after another, each

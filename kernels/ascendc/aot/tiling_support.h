@@ -1,4 +1,4 @@
-// The helpers a tiling function compiled from Python (aot_ops/ascendc/tiling.py) calls, with no dependency: the
+// The helpers a tiling function compiled from Python (aot_ops/ascendc/_tiling.py) calls, with no dependency: the
 // emulator build includes it through user_kernel_support.h, and the NPU project of a library made by
 // aot_ops.ascendc.load carries a copy beside its host_launch.cpp.
 #pragma once

@@ -1,7 +1,7 @@
 // z = x + y in fp16. Each core takes an equal contiguous share of the vectors and streams it through the Unified
 // Buffer in kStages tile pairs: two buffers per queue let the NPU load tile i+1 while it adds tile i.
 //
-// Preconditions (checked by its tiling function before launch, aot_ops/ascendc/bundled.py): totalLength is a multiple
+// Preconditions (checked by its tiling function before launch, aot_ops/ascendc/_bundled.py): totalLength is a multiple
 // of 256 * blockDim, so every tile is a whole number of 32-B blocks (INVARIANTS.md: DataCopy lengths are multiples of
 // 32 B), and the six tile buffers fit in the UB. The kernel has no tail handling.
 #include "kernel_operator.h"
@@ -10,7 +10,7 @@ using namespace AscendC;
 
 namespace {
 
-// Mirrored by add_custom_tiling in aot_ops/ascendc/bundled.py, which checks the preconditions before launch; the kernel
+// Mirrored by add_custom_tiling in aot_ops/ascendc/_bundled.py, which checks the preconditions before launch; the kernel
 // includes no host header because CANN compiles this file for the AI core.
 constexpr int32_t kBuffersPerQueue = 2;
 constexpr int32_t kTilesPerBuffer = 8;

@@ -2,7 +2,7 @@
 //
 // Handles tails: the length is split over the cores in 32-B blocks (some cores may get one block more, or none), and
 // the last tile of a core may be shorter than tileLength. Precondition (leaky_relu_custom_tiling,
-// aot_ops/ascendc/bundled.py): the length is a multiple of 16 elements, because INVARIANTS.md requires every DataCopy
+// aot_ops/ascendc/_bundled.py): the length is a multiple of 16 elements, because INVARIANTS.md requires every DataCopy
 // to move a multiple of 32 B.
 #include "kernel_operator.h"
 

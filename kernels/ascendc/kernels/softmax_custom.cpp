@@ -1,7 +1,7 @@
 // y = softmax(x) over each row of a [rows, cols] fp32 matrix: y = exp(x - max(x)) / sum(exp(x - max(x))).
 //
 // Handles tails: rows are split over the cores (some get one row more, or none), and a core's last tile may hold fewer
-// than tileRows rows. Precondition (softmax_custom_tiling, aot_ops/ascendc/bundled.py): cols is a multiple of 8, so
+// than tileRows rows. Precondition (softmax_custom_tiling, aot_ops/ascendc/_bundled.py): cols is a multiple of 8, so
 // every row is a whole number of 32-B blocks and starts 32-B aligned in the UB (INVARIANTS.md: UB operands must be 32-B
 // aligned).
 #include "kernel_operator.h"

@@ -39,7 +39,7 @@ using namespace aten_bridge;
 // bridged calls a network makes per step (aot_ops.aten_launches()).
 std::atomic<int64_t> g_launches[2];
 
-// ms_ext's launch boundary and state lookup (ms_ext/detail/entry.h), with errors named after the ATen operator
+// ms_ext's launch boundary and state lookup (ms_ext/entry.h), with errors named after the ATen operator
 // once the plan is known. The generic entries have no fixed Signature (their arity comes from the attributes), so
 // they check their arguments themselves instead of through ms_ext::Call.
 template <typename Body>
@@ -274,20 +274,10 @@ extern "C" MS_EXT_EXPORT int64_t aot_ops_aten_launches(int backward) {
   return g_launches[backward != 0 ? 1 : 0].load(std::memory_order_relaxed);
 }
 
-#define ATEN_ENTRY(NAME, LAUNCH)                                                                                 \
-  extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {             \
-    static constexpr ms_ext::Signature kNoScratch{};                                                             \
-    return ms_ext::detail::init_entry<AtenPlan>(#NAME, kNoScratch, ndims, shapes, extra);                        \
-  }                                                                                                              \
-  extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
-                                    void *stream, void *extra) {                                                 \
-    return LAUNCH(#NAME, {nparam, params, ndims, shapes, dtypes, stream, extra});                                \
-  }
-
-ATEN_ENTRY(AtenOp, forward_launch)
-ATEN_ENTRY(AtenOpMulti, forward_launch)
-ATEN_ENTRY(AtenOpBackward, backward_launch)
-ATEN_ENTRY(AtenOpBackwardMulti, backward_launch)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenOp, AtenPlan, forward_launch)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenOpMulti, AtenPlan, forward_launch)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenOpBackward, AtenPlan, backward_launch)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenOpBackwardMulti, AtenPlan, backward_launch)
 
 extern "C" MS_EXT_EXPORT std::vector<int64_t> AtenOpInferShape(int *ndims, int64_t **shapes, void *extra) {
   return forward_shapes("AtenOp", ndims, shapes, extra, false).at(0);

@@ -228,18 +228,8 @@ extern "C" MS_EXT_EXPORT int64_t aot_ops_program_nanoseconds(void) {
 }
 
 // AtenProgram (one output) and AtenProgramMulti (several) differ only in the C++ shape inference's return type.
-#define PROGRAM_ENTRY(NAME)                                                                                      \
-  extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {             \
-    static constexpr ms_ext::Signature kNoScratch{};                                                             \
-    return ms_ext::detail::init_entry<ProgramRef>(#NAME, kNoScratch, ndims, shapes, extra);                      \
-  }                                                                                                              \
-  extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, \
-                                    void *stream, void *extra) {                                                 \
-    return program_launch(#NAME, {nparam, params, ndims, shapes, dtypes, stream, extra});                        \
-  }
-
-PROGRAM_ENTRY(AtenProgram)
-PROGRAM_ENTRY(AtenProgramMulti)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenProgram, ProgramRef, program_launch)
+MS_EXT_RUNTIME_ARITY_ENTRY(AtenProgramMulti, ProgramRef, program_launch)
 
 extern "C" MS_EXT_EXPORT std::vector<int64_t> AtenProgramInferShape(int *ndims, int64_t **shapes, void *extra) {
   return program_shapes("AtenProgram", ndims, shapes, extra).at(0);

@@ -92,7 +92,7 @@ class Attrs {
  public:
   explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {}
 
-  // The attributes packed in `text` (one string attribute written by aot_ops/_packed_attrs.py): MindSpore converts
+  // The attributes packed in `text` (one string attribute written by aot_ops/_core/packed_attrs.py): MindSpore converts
   // every attribute on every PyNative call, so a kernel with hundreds of them (a program) carries them as one.
   static Attrs unpack(const std::string &text) {
     ms_ext_attr_table *table = ms_ext_attr_table_parse(text.data(), text.size());

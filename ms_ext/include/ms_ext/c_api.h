@@ -87,7 +87,7 @@ MS_EXT_EXPORT void ms_ext_attr_value_free(ms_ext_attr_value *value);
 /*
  * Packed attribute tables: many attributes carried as one string attribute (MindSpore converts each attribute
  * of a primitive on every PyNative call; one string costs one conversion). aot_ops writes the text
- * (aot_ops/_packed_attrs.py; the format is described in ms_ext/src/attr_table.cpp); ms_ext::Attrs::unpack reads
+ * (aot_ops/_core/packed_attrs.py; the format is described in ms_ext/src/attr_table.cpp); ms_ext::Attrs::unpack reads
  * it. Reads decode into the same ms_ext_attr_value as MindSpore's attributes.
  */
 typedef struct ms_ext_attr_table ms_ext_attr_table;

@@ -12,7 +12,7 @@ namespace ms_ext {
 
 // The one dtype table of ms_ext: the names MindSpore 2.10 sends to an aot launch function, which are also how
 // dtypes cross ms_ext's own C interfaces (a kernel's dtype rule, the Ascend C torch entries), so no numeric code
-// has to agree between C++ and Python. aot_ops/_dtypes.py holds the same 15 names. The aliases MindSpore's
+// has to agree between C++ and Python. aot_ops/_core/dtypes.py holds the same 15 names. The aliases MindSpore's
 // documentation lists follow C: "float" is float32, "int" int32, "uint" uint32; they are read, never written.
 struct MsDtype {
   const char *name;

@@ -36,7 +36,7 @@
 #include <ms_ext/attrs.h>
 #include <ms_ext/c_api.h>
 #include <ms_ext/call.h>
-#include <ms_ext/detail/entry.h>
+#include <ms_ext/entry.h>
 #include <ms_ext/infer.h>
 #include <ms_ext/signature.h>
 #include <ms_ext/state.h>
@@ -69,6 +69,21 @@
                                                  &ms_ext_kernel_body_##NAME);                                  \
   }                                                                                                            \
   static void ms_ext_kernel_body_##NAME(::ms_ext::Call &call, [[maybe_unused]] const STATE &state)
+
+// An entry point whose numbers of inputs and outputs are decided per call: one symbol serving operators of every
+// arity (the generic ATen entry, the program entry). There is no static Signature, hence no exported signature
+// text and no C++ shape rule from ms_ext; `LAUNCH(const char *name, const ms_ext::detail::RawArgs &raw)` checks
+// the call itself and runs it under ms_ext's exception boundary. The Init hook builds STATE from the attributes
+// once per kernel, as for MS_EXT_KERNEL_WITH_STATE.
+#define MS_EXT_RUNTIME_ARITY_ENTRY(NAME, STATE, LAUNCH)                                                         \
+  extern "C" MS_EXT_EXPORT int NAME##Init(int *ndims, int64_t **shapes, const char **, void *extra) {           \
+    static constexpr ::ms_ext::Signature kNoScratch{};                                                         \
+    return ::ms_ext::detail::init_entry<STATE>(#NAME, kNoScratch, ndims, shapes, extra);                       \
+  }                                                                                                            \
+  extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes,                    \
+                                    const char **dtypes, void *stream, void *extra) {                          \
+    return LAUNCH(#NAME, ::ms_ext::detail::RawArgs{nparam, params, ndims, shapes, dtypes, stream, extra});      \
+  }
 
 // A kernel without attributes: the body sees `ms_ext::Call &call`.
 #define MS_EXT_KERNEL(NAME, SIGNATURE) \

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._clib import open_library
+from .._native.opener import open_library
 
 
 def _handle(library: str):
@@ -32,7 +32,7 @@ def live_kernel_states(library: str | Path) -> int:
 def aten_launches() -> tuple[int, int]:
     """(forward, backward) launches of the generic ATen entry points of the bundled library so far: how many
     bridged calls a network makes (take the difference around a training step)."""
-    from ._bundled import library_path
+    from .._build.bundled import library_path
 
     lib = _handle(str(library_path()))
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
@@ -40,7 +40,7 @@ def aten_launches() -> tuple[int, int]:
 
 def program_launches() -> int:
     """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far."""
-    from ._bundled import library_path
+    from .._build.bundled import library_path
 
     return int(_handle(str(library_path())).aot_ops_program_launches())
 
@@ -48,7 +48,7 @@ def program_launches() -> int:
 def program_seconds() -> float:
     """Wall time spent inside launches of the program entry so far: the ATen work of fused graphs. A step's time
     minus this is what MindSpore's framework around the two calls costs."""
-    from ._bundled import library_path
+    from .._build.bundled import library_path
 
     return _handle(str(library_path())).aot_ops_program_nanoseconds() * 1e-9
 
@@ -61,8 +61,8 @@ def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
     policy and the call rules are the kernel's own (kernels/aten/generic/aten_plan.h)."""
     import ctypes
 
-    from ._bundled import library_path
-    from ._packed_attrs import pack
+    from .._build.bundled import library_path
+    from .packed_attrs import pack
 
     lib = _handle(str(library_path()))
     dtypes = None if input_dtypes is None else ",".join(d or "" for d in input_dtypes).encode()
@@ -74,7 +74,7 @@ def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""
-    from ._bundled import library_path
+    from .._build.bundled import library_path
 
     lib = _handle(str(library_path()))
     return lib.aot_ops_aten_refusal(qualified_name.encode(), int(allow_factories)).decode("utf-8", "replace")

@@ -1,5 +1,6 @@
-// What the MS_EXT_KERNEL macros expand to: the launch function, the Init hook and the C++ shape inference MindSpore
-// looks up by name (<Func>, <Func>Init, <Func>InferShape), each behind the exception boundary.
+// Not for direct use: what the MS_EXT_KERNEL macros expand to: the launch function, the Init hook and the C++
+// shape inference MindSpore looks up by name (<Func>, <Func>Init, <Func>InferShape), each behind the exception
+// boundary.
 #pragma once
 
 #include <optional>

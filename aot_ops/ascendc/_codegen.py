@@ -6,8 +6,8 @@ Generated text only: compiling is the builder's job (aot_ops.load), loading is l
 """
 from __future__ import annotations
 
-from .declare import Kernel, attr_kind, fallback_argument_names
-from .tiling import CompiledTiling, compile_tiling, cpp_string
+from ._declare import Kernel, attr_kind, fallback_argument_names
+from ._tiling import CompiledTiling, compile_tiling, cpp_string
 
 # C types a kernel's scalar parameters may have, by the names a declaration uses.
 SCALAR_TYPES = {"int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t",
@@ -278,7 +278,7 @@ extern "C" int {kernel_name}_launch(void *stream, void **buffers, const int64_t 
 
 using namespace ascendc_tiling_support;
 """ + "".join(launches)
-    from .._paths import source_dir
+    from .._native.paths import source_dir
 
     support = (source_dir("kernels") / "ascendc" / "aot" / "tiling_support.h").read_text()
     return {"CMakeLists.txt": cmake, "host_launch.cpp": host, "tiling_support.h": support}

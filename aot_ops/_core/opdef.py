@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ._primitive import AotOp, stable_identity
+from .primitive import AotOp, stable_identity
 
 
 @dataclass(frozen=True)

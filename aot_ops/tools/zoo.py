@@ -399,13 +399,13 @@ def _record(report: Report, stage: str, exc: BaseException) -> None:
 
 
 def _to_ms(t: torch.Tensor):
-    from ._convert import to_ms
+    from .._core.convert import to_ms
 
     return to_ms(t)
 
 
 def _to_torch(t) -> torch.Tensor:
-    from ._convert import to_torch
+    from .._core.convert import to_torch
 
     return to_torch(t)
 
@@ -525,7 +525,7 @@ def _write(path: str, text: str, command: str, load: str, threads: int) -> None:
               f"{ms.__version__}, transformers {transformers.__version__}, {platform.machine()}, "
               f"{os.cpu_count()} cores, load average at the end {load}). Each family is a real `transformers` "
               "class built from a small config with random weights; what every stage checks is in "
-              "`aot_ops/zoo.py`. Times are seconds; the ratios are the evaluation forward's median time against "
+              "`aot_ops/tools/zoo.py`. Times are seconds; the ratios are the evaluation forward's median time against "
               "torch eager's, measured in the same run (one aot call per node, or fused; PyNative and "
               "GRAPH_MODE).\n\n")
     with open(path, "w") as fh:

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ._build import builder, cache, cuda, private, toolchain
-from ._build.lock import BuildLock
-from ._build.progress import progress
-from ._clib import check_white_list
+from .._build import builder, cache, cuda, private, toolchain
+from .._build.lock import BuildLock
+from .._build.progress import progress
+from .._native.opener import check_white_list
 
 log = logging.getLogger("aot_ops.build")
 
@@ -66,8 +66,8 @@ class Library:
             raise RuntimeError(f"library {self.name!r} was compiled but cannot be loaded here: {self.reason}")
         self._check_symbol(symbol)
         if out_shape is None and out_dtype is None:
-            from ._opdef import OpDef
-            from ._primitive import fresh_identity
+            from .opdef import OpDef
+            from .primitive import fresh_identity
 
             # A fresh identity unless the caller gives one: two operators of one symbol may differ in their bprop.
             return OpDef(self.path, symbol, attrs, bprop=bprop, identity=identity or fresh_identity(symbol)).build()
@@ -76,7 +76,7 @@ class Library:
                             "shape and dtype rules)")
         from mindspore import ops
 
-        from ._primitive import IDENTITY_ATTR, fresh_identity, set_attributes
+        from .primitive import IDENTITY_ATTR, fresh_identity, set_attributes
 
         prim = ops.Custom(f"{self.path}:{symbol}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
                           bprop=bprop)
@@ -87,7 +87,7 @@ class Library:
 
     def _check_symbol(self, symbol: str) -> None:
         # MindSpore only looks the symbol up at the first launch; a typo should fail here, where it was made.
-        from ._clib import open_library
+        from .._native.opener import open_library
 
         if not hasattr(open_library(self.path), symbol):
             raise AttributeError(f"{self.path} has no entry point {symbol!r} (is it declared extern \"C\"?)")

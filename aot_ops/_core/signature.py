@@ -3,7 +3,7 @@
 - `ms_ext_signature_<NAME>()`: "inputs=1;outputs=1;infer=1;dtypes=float16,float32;attrs=negative_slope:2"
   (ms_ext/signature.h; attrs only when the kernel declares them, each as name:ms_ext_attr_kind)
 - `ms_ext_output_types_<NAME>(n, names_in, names_out, capacity)`: the kernel's dtype rule, when it has one; dtypes
-  cross as MindSpore's names (the table in aot_ops/_dtypes.py and ms_ext/dtypes.h)
+  cross as MindSpore's names (the table in aot_ops/_core/dtypes.py and ms_ext/dtypes.h)
 
 AotOp checks each call against the signature while MindSpore infers the output, so a wrong argument count or an
 unsupported dtype is reported in Python with the same words the C++ side uses, before anything is launched, and
@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 
 import torch
 
-from ._attr_kinds import ATTR_KINDS
-from ._clib import last_error, open_library
-from ._dtypes import from_ms_name, ms_name
+from .attr_kinds import ATTR_KINDS
+from .._native.opener import last_error, open_library
+from .dtypes import from_ms_name, ms_name
 
 
 class KernelSignature:

@@ -25,9 +25,9 @@ from typing import Sequence
 
 import mindspore as ms
 
-from .. import _dtypes
-from .._packed_attrs import pack
-from . import ENV_SWITCH, switched_off
+from . import dtypes as _dtypes
+from .packed_attrs import pack
+from .._front import ENV_SWITCH, switched_off
 
 _UNPLANNED = object()
 _MAX_PLANS = 1024  # input signatures remembered per operator
@@ -41,7 +41,7 @@ def _load():
     global _module, _unavailable
     if _module is None and _unavailable is None:
         try:
-            from . import _pynative_front
+            from .._front import _pynative_front
         except ImportError as exc:
             _unavailable = f"not built or not loadable ({exc}); reinstall aot_ops"
         else:
@@ -128,7 +128,7 @@ def front_for(library: str, symbol: str, name: str, attrs: dict, num_outputs: in
     module = _load()
     if module is None or num_outputs == 0:
         return None
-    from .._clib import open_library
+    from .._native.opener import open_library
 
     try:
         if not hasattr(open_library(library), "ms_ext_call_extra_new"):

@@ -37,7 +37,7 @@ class Kernel:
     - `dtypes`: the dtypes it runs; every input and output must have one of them, else the fallback runs.
     - `scalars`: its parameters after the GM_ADDR ones, in order, name -> "int32" | "uint32" | "int64" | "uint64";
       the tiling function returns their values.
-    - `tiling(*shapes, block_dim, ub_bytes) -> dict`: see aot_ops.ascendc.tiling (require() refuses a shape).
+    - `tiling(*shapes, block_dim, ub_bytes) -> dict`: see aot_ops.ascendc._tiling (require() refuses a shape).
     - `fallback`: the ATen operator with the same meaning ("aten::mul.Tensor"), its tensor arguments being the
       kernel's inputs in order. It runs where the kernel cannot, and gives the operator's output shapes, dtypes
       (on fake tensors) and gradients.
@@ -69,7 +69,7 @@ class Kernel:
                     raise ValueError(f"{name}: {what} entry {n!r} is not an identifier")
         if not self.inputs or not self.outputs:
             raise ValueError(f"{name}: a kernel needs at least one input and one output")
-        from .._dtypes import NAMES  # the one dtype table (MindSpore's names, also ms_ext's)
+        from .._core.dtypes import NAMES  # the one dtype table (MindSpore's names, also ms_ext's)
 
         for d in self.dtypes:
             if d not in NAMES:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ._attr_kinds import BOOL, FLOAT, FLOAT_2D, INT, INT_2D, STR, is_int, kind_of
+from .attr_kinds import BOOL, FLOAT, FLOAT_2D, INT, INT_2D, STR, is_int, kind_of
 
 
 def _items(values) -> str:

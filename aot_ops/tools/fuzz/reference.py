@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from .cases import ATEN, BAD_ATEN_NAMES
-from ..errors import Error
+from ...errors import Error
 
 
 class NoMeaning(Error):

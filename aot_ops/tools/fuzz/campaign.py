@@ -58,12 +58,12 @@ def _format(counts: dict) -> str:
 
 
 class Worker:
-    """One `python -m aot_ops._fuzz.worker` process; answers are read on a thread so a hang can time out."""
+    """One `python -m aot_ops.tools.fuzz.worker` process; answers are read on a thread so a hang can time out."""
 
     def __init__(self):
         self.log = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, GLOG_v="3", PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "aot_ops._fuzz.worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "aot_ops.tools.fuzz.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -18,10 +18,10 @@ from mindspore.common import dtype as mstype
 from mindspore.graph.api import _pynative_executor
 from mindspore.ops import CustomRegOp, DataType
 
-from . import _dtypes
-from ._front import front as _front
-from ._meta import MetaInference
-from ._signature import read_signature
+from . import dtypes as _dtypes
+from . import front as _front
+from .inference import MetaInference
+from .signature import read_signature
 
 # A Custom primitive with the same `func` and the same prim attributes as an earlier one reuses MindSpore's
 # cached inference (its own out_shape is never called). Every AotOp therefore carries an identity attribute:

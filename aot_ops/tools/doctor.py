@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _clib
-from .._paths import CPU_LIBRARY, LIB_DIR
-from . import builder, cache, cuda, private, toolchain
+from .._native import opener as _clib
+from .._native.paths import CPU_LIBRARY, LIB_DIR
+from .._build import builder, cache, cuda, private, toolchain
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 
@@ -203,7 +203,7 @@ def _torch_lib_dir() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).resolve() / "lib"
 
 
-_FRONT_PROBE = "from aot_ops._front import front; print(front.status())"
+_FRONT_PROBE = "from aot_ops._core import front; print(front.status())"
 
 
 def check_front() -> Finding:
@@ -224,7 +224,7 @@ def check_front() -> Finding:
 def check_bundled_library(path: Path) -> Finding:
     """A bundled library loads in a clean process, finds torch's libraries in the installed torch, and was built
     against the installed torch and MindSpore."""
-    from . import build_info
+    from .._build import build_info
 
     name = f"bundled {path.name}"
     proc = builder.load_in_clean_process(path)

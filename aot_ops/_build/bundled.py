@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._build import build_info, cuda, toolchain
-from ._clib import preload_torch_libraries
-from ._paths import LIB_DIR, LIBRARIES
+from . import build_info, cuda, toolchain
+from .._native.opener import preload_torch_libraries
+from .._native.paths import LIB_DIR, LIBRARIES
 
 
 def library_path(kind: str = "cpu") -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # aot_ops/, above this _native/ folder
 LIB_DIR = PACKAGE_DIR / "lib"
 CPU_LIBRARY = "libaot_ops_cpu.so"
 ASCENDC_LIBRARY = "libaot_ops_ascendc.so"

@@ -8,10 +8,10 @@ import ctypes
 
 import torch
 
-from .._clib import last_error, open_library
-from .._dtypes import checked_ms_name
-from . import codegen
-from .declare import attr_kind, fallback_argument_names, fallback_overload
+from .._native.opener import last_error, open_library
+from .._core.dtypes import checked_ms_name
+from . import _codegen as codegen
+from ._declare import attr_kind, fallback_argument_names, fallback_overload
 
 # One torch.library fragment per namespace: loading a library again in the same process (its sources changed)
 # replaces the previous definitions.

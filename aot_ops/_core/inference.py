@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._dtypes import ms_name
-from .errors import Error
+from .dtypes import ms_name
+from ..errors import Error
 
 
 class InferenceError(Error, ValueError):

@@ -1,6 +1,6 @@
 """ms_ext's eight attribute kinds (ms_ext_attr_kind, ms_ext/c_api.h) seen from Python: their names, which Python
-values a kernel declaring each accepts (_signature checks users' attributes with it), and the kind a value is sent
-as (_packed_attrs writes it into packed tables)."""
+values a kernel declaring each accepts (signature.py checks users' attributes with it), and the kind a value is sent
+as (packed_attrs.py writes it into packed tables)."""
 from __future__ import annotations
 
 BOOL, INT, FLOAT, STR, INT_LIST, FLOAT_LIST, INT_2D, FLOAT_2D = range(8)

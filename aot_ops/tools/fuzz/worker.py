@@ -1,4 +1,4 @@
-"""Runs fuzz cases in this process, one JSON line in, one JSON line out (python -m aot_ops._fuzz.worker).
+"""Runs fuzz cases in this process, one JSON line in, one JSON line out (python -m aot_ops.tools.fuzz.worker).
 
 The parent (campaign.py) counts a worker that dies or stops answering; this file only judges the cases that
 return. Outcomes:
@@ -38,9 +38,10 @@ from mindspore import ops  # noqa: E402
 from mindspore.ops import CustomRegOp, DataType  # noqa: E402
 
 import aot_ops  # noqa: E402
-from aot_ops._cells import ListCall, OpCell  # noqa: E402
-from aot_ops import _dtypes, aten  # noqa: E402
-from aot_ops._convert import to_ms, to_torch  # noqa: E402
+from aot_ops._core.cells import ListCall, OpCell  # noqa: E402
+from aot_ops._core import dtypes as _dtypes
+from aot_ops import aten  # noqa: E402
+from aot_ops._core.convert import to_ms, to_torch  # noqa: E402
 
 from . import reference  # noqa: E402
 from .campaign import RESULT  # noqa: E402

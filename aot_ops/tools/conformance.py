@@ -28,8 +28,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ._convert import to_ms, to_torch
-from .errors import Error
+from .._core.convert import to_ms, to_torch
+from ..errors import Error
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -187,7 +187,7 @@ def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _always_random(name: str) -> bool:
     """An operator whose every call draws random numbers (randn_like, multinomial), as the bridge's policy says,
     even where a sample draws none (an empty tensor, probabilities of 0 and 1)."""
-    from ._runtime import aten_refusal
+    from .._core.native_state import aten_refusal
 
     return name.startswith("aten::") and "random" in aten_refusal(name)
 
@@ -239,8 +239,8 @@ def _sizes_follow_shapes(call: Call) -> bool:
 
 def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: list, graph: bool = False) -> dict:
     """{id(torch tensor): MindSpore tensor} for every tensor the calls produced, computed through the bridge."""
-    from ._aten.operator import operator_for
-    from ._aten.schema import bind
+    from .._aten.operator import operator_for
+    from .._aten.schema import bind
 
     values = {id(t): m for t, m in zip(torch_inputs, ms_inputs)}
 
@@ -292,7 +292,7 @@ def _run_graph(operator, tensors):
     """One bridged call as its own GRAPH_MODE cell."""
     import mindspore as ms
 
-    from ._cells import OpCell
+    from .._core.cells import OpCell
 
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .declare import Kernel
-from .tiling import maximum, minimum, require
+from ._declare import Kernel
+from ._tiling import maximum, minimum, require
 
 NAME = "ascendc"  # the library's name: torch.ops.ascendc.<kernel>
 
@@ -99,7 +99,7 @@ def declarations() -> dict[str, Kernel]:
 def library_source() -> str:
     """The C++ setup.py compiles into libaot_ops_ascendc beside the kernels: what ascendc.load generates for a
     user's library, with the emulator settings and path counts linked in rather than opened."""
-    from . import codegen
+    from . import _codegen as codegen
 
     return codegen.library_source(NAME, declarations(), codegen.tilings(declarations()), runtime_library=None)
 
@@ -108,9 +108,9 @@ def library_source() -> str:
 def library():
     """The bundled kernels as the library object aot_ops.ascendc.load returns for a user's kernels: its MindSpore
     operators (library().operator(...)), its torch operators (torch.ops.ascendc.*, registered by torch_ops)."""
-    from .._bundled import library_path
-    from .._library import Library
-    from .library import AscendcLibrary
+    from .._build.bundled import library_path
+    from .._core.library import Library
+    from ._library import AscendcLibrary
 
     built = Library(NAME, library_path("ascendc"), key="bundled", rebuilt=False)
     # Its NPU project is written on demand (npu_project()), not at import: that needs a writable cache.
@@ -122,9 +122,9 @@ def npu_project() -> Path:
     user library's (lib.npu_project), into the cache: kernels/ascendc/kernels compiled for the AI core, host
     launches with the same compiled tilings. python -m aot_ops.ascendc.npu builds it."""
     from .._build import cache
-    from .._paths import source_dir
-    from . import codegen
-    from .library import write_npu_project
+    from .._native.paths import source_dir
+    from . import _codegen as codegen
+    from ._library import write_npu_project
 
     kernels = declarations()
     return write_npu_project(cache.name_dir("aot_ops_ascendc_bundled") / "npu", NAME, kernels,

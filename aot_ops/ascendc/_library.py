@@ -27,12 +27,12 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .. import _library
+from .._core import library as _library
 from .._build import cache
-from .._bundled import library_path
-from .._paths import source_dir
-from . import codegen
-from .declare import Kernel, fallback_argument_names
+from .._build.bundled import library_path
+from .._native.paths import source_dir
+from . import _codegen as codegen
+from ._declare import Kernel, fallback_argument_names
 
 PathLike = str | os.PathLike
 
@@ -83,8 +83,8 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     fallback's meta inference, and the fallback's bprop (its ATen backward) as its gradient; the fallback's
     arguments named like an attribute take its value."""
     from .. import aten
-    from .._meta import MetaInference
-    from .._primitive import AotOp
+    from .._core.inference import MetaInference
+    from .._core.primitive import AotOp
     schema_args = fallback_argument_names(kernel.fallback)
     fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
                        **kernel.fallback_args)
@@ -116,7 +116,7 @@ def load(name: str, sources: Sequence[PathLike] | PathLike, kernels: Mapping[str
                            True, verbose)
     npu = write_npu_project(cache.name_dir(name) / "npu", name, kernels, compiled, paths)
     lib = AscendcLibrary(name, built, kernels, npu)
-    from .torch_library import register
+    from ._torch_library import register
 
     register(lib)
     return lib

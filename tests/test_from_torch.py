@@ -6,6 +6,7 @@ import re
 import time
 
 import mindspore as ms
+import mindspore.common.api as ms_api
 import pytest
 import torch
 import torch.nn.functional as F
@@ -366,16 +367,20 @@ class LossAndGrads(msnn.Cell):
 
 
 def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
-    # MindSpore asks each operator for its output dtypes when it compiles a graph; only the ported cell's own
-    # operators are counted (a graph left by another test may be compiled meanwhile).
-    counted = []
-    original = _primitive.AotOp._cpp_dtypes
-    monkeypatch.setattr(_primitive.AotOp, "_cpp_dtypes",
-                        lambda self, *a: counted.append(self) or original(self, *a))
+    # MindSpore's graph executor says whether a call compiled a graph or reused one ((phase, True) when it compiled).
+    compiled_now = []
+    original = ms_api._CellGraphExecutor.compile
+
+    def compile_and_record(executor, obj, *args, **kwargs):
+        answer = original(executor, obj, *args, **kwargs)
+        if isinstance(answer, tuple) and answer[1]:
+            compiled_now.append(type(obj).__name__)
+        return answer
+
+    monkeypatch.setattr(ms_api._CellGraphExecutor, "compile", compile_and_record)
     torch.manual_seed(6)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
-    own = {id(p) for _, c in cell.cells_and_names() for p in c._primitives.values()}
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         step = LossAndGrads(cell)
@@ -392,8 +397,9 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
             assert abs(float(loss_too.asnumpy()) - expected.item()) < 1e-5
             torch.testing.assert_close(to_torch(grads[0]), reference.model.encoder.self_attn.in_proj_weight.grad,
                                        rtol=1e-4, atol=1e-6)
-            compiled.append([op.name_for_errors() for op in counted if id(op) in own])
-        assert compiled[0] and compiled[0] == compiled[-1], f"compiled again for another batch size: {compiled}"
+            compiled.append(list(compiled_now))
+        assert compiled[0], "the first batch compiled no graph"
+        assert compiled[0] == compiled[-1], f"graphs compiled again for another batch size: {compiled}"
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     x, target = batches((7, 6, 32), count=1)[0]

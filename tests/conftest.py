@@ -2,14 +2,14 @@
 import mindspore as ms
 import pytest
 
-from support import MODES
+from support import MODE_IDS, MODES
 
 ms.set_device("CPU")
 
 
-@pytest.fixture(params=MODES, ids=["pynative", "graph"])
+@pytest.fixture(params=MODES, ids=MODE_IDS)
 def mode(request):
-    """Runs the test in PyNative and in GRAPH_MODE."""
+    """Runs the test in PyNative and in GRAPH_MODE (PyNative alone in the quick loop)."""
     ms.set_context(mode=request.param)
     yield request.param
     ms.set_context(mode=ms.PYNATIVE_MODE)

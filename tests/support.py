@@ -14,10 +14,12 @@ from mindspore import nn, ops
 from aot_ops._core.cells import ListCall, OpCell  # noqa: F401 - re-exported for the tests
 from aot_ops._core.convert import to_ms, to_torch  # noqa: F401 - re-exported for the tests
 
-MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
-
-# The quick loop (./run.sh test --quick) sets AOT_OPS_QUICK_TESTS=1: one dtype of each kind instead of every dtype.
+# The quick loop (./run.sh test --quick) sets AOT_OPS_QUICK_TESTS=1: PyNative alone for the tests run in both
+# modes, and one dtype of each kind instead of every dtype.
 QUICK = os.environ.get("AOT_OPS_QUICK_TESTS") == "1"
+
+MODES = (ms.PYNATIVE_MODE, ms.GRAPH_MODE) if not QUICK else (ms.PYNATIVE_MODE,)
+MODE_IDS = tuple({ms.PYNATIVE_MODE: "pynative", ms.GRAPH_MODE: "graph"}[m] for m in MODES)
 
 ALL_DTYPES = (
     torch.float16, torch.bfloat16, torch.float32, torch.float64,

@@ -20,6 +20,8 @@ from aot_ops.ascendc._tiling import CannotTile, TilingError, evaluate
 from aot_ops.testing import OpCheckError, opcheck
 from support import to_ms, to_torch
 
+pytestmark = pytest.mark.slow  # each test generates, compiles and links a user's Ascend C kernel library
+
 KERNEL_SOURCE = Path(__file__).parent / "kernels" / "ascendc" / "mul_custom.cpp"
 ORDERS = ("in_order", "reversed", "threads")
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from aot_ops.tools import doctor
 from loader_support import REPO, env_with
+
+pytestmark = pytest.mark.slow  # the doctor in fresh processes, with compilers and caches taken away
 
 
 def run_doctor(**env):

@@ -31,6 +31,8 @@ def reg(name, n_in, n_out):
 
 from aot_ops._core.cells import OpCell as Call
 
+pytestmark = pytest.mark.slow  # each case in a fresh process
+
 def t(*shape, dtype=np.float32, value=1.0):
     return ms.Tensor(np.full(shape, value, dtype))
 

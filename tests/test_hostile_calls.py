@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each case in a fresh process
+
 PRELUDE = '''
 import sys, numpy as np, mindspore as ms
 from mindspore import ops
@@ -30,8 +32,6 @@ def reg(name, n_in, n_out):
     return r.dtype_format(*([DataType.None_None] * (n_in + n_out))).target("CPU").get_op_info()
 
 from aot_ops._core.cells import OpCell as Call
-
-pytestmark = pytest.mark.slow  # each case in a fresh process
 
 def t(*shape, dtype=np.float32, value=1.0):
     return ms.Tensor(np.full(shape, value, dtype))

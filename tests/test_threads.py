@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # thousands of calls from four threads
+
 SCRIPT = r'''
 import sys, threading, warnings
 warnings.filterwarnings("ignore")
@@ -19,8 +21,6 @@ import numpy as np, mindspore as ms, torch
 ms.set_device("CPU")
 import aot_ops
 from aot_ops import aten
-
-pytestmark = pytest.mark.slow  # thousands of calls from four threads
 kind, mode, per_thread = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
 module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LeakyReLU(0.2)).eval()

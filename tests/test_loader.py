@@ -58,6 +58,24 @@ def test_plain_add_runs_in_mindspore(aot_cache, tmp_path, mode):
     np.testing.assert_array_equal(to_torch(out).numpy(), a * 11)
 
 
+def test_op_given_mindspore_rules_is_an_aot_op_on_the_fast_front(aot_cache, tmp_path):
+    """Library.op with ops.Custom-style out_shape/out_dtype makes an AotOp like every other path: its PyNative calls
+    take the fast front (planned once per input signature with the user's rules), which a plain ops.Custom skips."""
+    import mindspore as ms
+
+    from aot_ops._core import front
+
+    lib = aot_ops.load("plain_add", [write_plain_add(tmp_path / "src")])
+    add = lib.op("PlainAdd", out_shape=lambda a, b: a + [], out_dtype=lambda a, b: a)  # a rule may build lists
+    assert isinstance(add, aot_ops.AotOp)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for scale in (10, 100):  # the second call reuses the front's plan
+        out = add(ms.Tensor(a), ms.Tensor(a * scale))
+        np.testing.assert_array_equal(out.asnumpy(), a * (scale + 1))
+    if front.active():
+        assert add.__dict__.get("_front") is not None
+
+
 def test_kernel_with_a_workspace_runs_in_mindspore(aot_cache, mode):
     import mindspore as ms
 

@@ -58,7 +58,8 @@ class Library:
           `.shapes(...)`/`.types(...)`); the operator is an `aot_ops.AotOp` and also runs with dynamic shapes.
         - given: callables over MindSpore shapes and dtypes, exactly as for `ops.Custom` (e.g.
           `out_shape=lambda x: x, out_dtype=lambda x: x`); any entry point with MindSpore's seven arguments works.
-        `attrs` become primitive attributes (read them with ms_ext::Attrs or ms_ext_extra_get_attr; floats arrive
+        Either way the result is an `aot_ops.AotOp`: calls are checked against the kernel's signature, serialised
+        across threads and, in PyNative, take the fast front. `attrs` become primitive attributes (read them with ms_ext::Attrs or ms_ext_extra_get_attr; floats arrive
         as exact doubles, see ms_ext/c_api.h); `bprop` is
         MindSpore's `bprop(*inputs, out, dout) -> tuple of input gradients`.
         """
@@ -74,16 +75,11 @@ class Library:
         if out_shape is None or out_dtype is None:
             raise TypeError(f"{symbol}: give both out_shape and out_dtype, or neither (for a kernel with ms_ext "
                             "shape and dtype rules)")
-        from mindspore import ops
+        from .primitive import AotOp, MindSporeRules, fresh_identity
 
-        from .primitive import IDENTITY_ATTR, fresh_identity, set_attributes
-
-        prim = ops.Custom(f"{self.path}:{symbol}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
-                          bprop=bprop)
-        set_attributes(prim, attrs)
-        # Custom primitives with equal func and attributes share MindSpore's cached inference (see _primitive.py).
-        prim.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
-        return prim
+        # An AotOp like every other operator: the call lock, the signature check and the PyNative front.
+        return AotOp(self.path, symbol, infer=MindSporeRules(out_shape, out_dtype), bprop=bprop, attrs=attrs,
+                     identity=identity or fresh_identity(symbol))
 
     def _check_symbol(self, symbol: str) -> None:
         # MindSpore only looks the symbol up at the first launch; a typo should fail here, where it was made.

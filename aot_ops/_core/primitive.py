@@ -84,6 +84,26 @@ class CppInference:
     dtypes: Callable[[Sequence[torch.dtype]], Sequence[torch.dtype]]
 
 
+@dataclass(frozen=True)
+class MindSporeRules:
+    """Output shapes and dtypes from callables over MindSpore shapes and dtypes, exactly as `ops.Custom` takes them
+    (`out_shape=lambda x: x, out_dtype=lambda x: x`): MindSpore calls them itself, dynamic shapes included, and the
+    PyNative front calls them once per input signature. For kernels without ms_ext shape/dtype rules."""
+
+    out_shape: Callable
+    out_dtype: Callable
+    num_outputs = None  # known only once the rules have answered
+
+    def __call__(self, shapes, dtypes):
+        ms_dtypes = [None if d is None else _dtypes.to_ms(d) for d in dtypes]
+        # Lists, as MindSpore passes them (a rule may append to one).
+        ms_shapes = [None if s is None else list(s) for s in shapes]
+        out_shapes, out_dtypes = self.out_shape(*ms_shapes), self.out_dtype(*ms_dtypes)
+        if not isinstance(out_dtypes, (tuple, list)):  # one output: a shape and a dtype
+            out_shapes, out_dtypes = [out_shapes], [out_dtypes]
+        return [tuple(s) for s in out_shapes], [_dtypes.to_torch(d) for d in out_dtypes]
+
+
 def _device_target() -> str:
     """The backend the operator will run on (MindSpore's device target when the primitive is made): a CUDA kernel's
     reg_info must say GPU."""
@@ -110,6 +130,8 @@ class AotOp(ops.Custom):
     """`ops.Custom(f"{library}:{symbol}", func_type="aot")` with its outputs inferred for MindSpore.
 
     `infer` chooses how:
+    - MindSporeRules(out_shape, out_dtype): ops.Custom's own callables over MindSpore shapes and dtypes, for any
+      entry point (dynamic shapes included: MindSpore calls them).
     - None: the kernel's own rules (MS_EXT_KERNEL with Signature::shapes/types): MindSpore calls the C++
       <symbol>InferShape, which also handles dynamic shapes in GRAPH_MODE, and the dtype comes from the kernel's
       dtype rule, called here.
@@ -136,10 +158,14 @@ class AotOp(ops.Custom):
                                  "and out_dtype (Library.op) or an inference")
             infer = CppInference(signature.inputs, signature.outputs, signature.output_dtypes)
         in_cpp = isinstance(infer, CppInference)
+        if isinstance(infer, MindSporeRules):
+            out_shape, out_dtype = infer.out_shape, infer.out_dtype
+        elif in_cpp:
+            out_shape, out_dtype = None, self._cpp_dtypes  # None: MindSpore calls <symbol>InferShape
+        else:
+            out_shape = out_dtype = _answered_by_infer
         super().__init__(
-            f"{library}:{symbol}",
-            out_shape=None if in_cpp else _answered_by_infer,  # None: MindSpore calls <symbol>InferShape
-            out_dtype=self._cpp_dtypes if in_cpp else _answered_by_infer,
+            f"{library}:{symbol}", out_shape=out_shape, out_dtype=out_dtype,
             func_type="aot", bprop=bprop,
             reg_info=_reg_info(symbol, infer.num_inputs, infer.num_outputs) if in_cpp else None)
         self.library = library
@@ -255,8 +281,10 @@ class AotOp(ops.Custom):
             if count != self.num_inputs:
                 raise TypeError(f"{self.name_for_errors()}: {_expected(self.num_inputs, self.num_inputs)}, got "
                                 f"{count}")
-        if isinstance(self.infer, CppInference):
-            return super().__infer__(*args)  # shape placeholder (MindSpore runs the C++ InferShape), _cpp_dtypes
+        if isinstance(self.infer, (CppInference, MindSporeRules)):
+            # CppInference: a shape placeholder (MindSpore runs the C++ InferShape) and _cpp_dtypes;
+            # MindSporeRules: the user's out_shape/out_dtype, called by Custom itself.
+            return super().__infer__(*args)
         shapes, ms_dtypes = _flatten_tuple_arguments(args)
         dtypes = [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes]
         out_shapes, out_dtypes = self._infer_outputs(shapes, dtypes)

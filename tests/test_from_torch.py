@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import mindspore as ms
 import mindspore.common.api as ms_api
@@ -366,7 +370,10 @@ class LossAndGrads(msnn.Cell):
         return self.net(x, target), self.grad(self.net, self.params)(x, target)
 
 
-def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
+def compiles_of_every_batch_size(fuse: bool) -> list:
+    """Ports a classifier with a dynamic batch, runs it and a training graph over it in GRAPH_MODE at batch sizes
+    3, 8 and 5 (checking loss and gradient against torch each time) and returns, after each size, the graphs
+    compiled so far, as (class name, MindSpore's phase key)."""
     # MindSpore's graph executor says whether a call compiled a graph or reused one ((phase, True) when it compiled).
     compiled_now = []
     original = ms_api._CellGraphExecutor.compile
@@ -374,10 +381,10 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
     def compile_and_record(executor, obj, *args, **kwargs):
         answer = original(executor, obj, *args, **kwargs)
         if isinstance(answer, tuple) and answer[1]:
-            compiled_now.append(type(obj).__name__)
+            compiled_now.append((type(obj).__name__, answer[0]))
         return answer
 
-    monkeypatch.setattr(ms_api._CellGraphExecutor, "compile", compile_and_record)
+    ms_api._CellGraphExecutor.compile = compile_and_record
     torch.manual_seed(6)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
@@ -398,12 +405,29 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph(monkeypatch, fuse):
             torch.testing.assert_close(to_torch(grads[0]), reference.model.encoder.self_attn.in_proj_weight.grad,
                                        rtol=1e-4, atol=1e-6)
             compiled.append(list(compiled_now))
-        assert compiled[0], "the first batch compiled no graph"
-        assert compiled[0] == compiled[-1], f"graphs compiled again for another batch size: {compiled}"
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms_api._CellGraphExecutor.compile = original
     x, target = batches((7, 6, 32), count=1)[0]
     assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - model(x, target).item()) < 1e-5
+    return compiled
+
+
+def test_dynamic_batch_runs_every_batch_size_in_one_graph():
+    # In a fresh process, both ways of running the graph: late in a long test session MindSpore was seen compiling
+    # the ported cell's graph once more at the second batch size (not the training graph, and never again after),
+    # which the same test never showed alone or with its own file; the cause lies in what earlier tests leave in
+    # MindSpore's process-wide state and was not found. The property checked here is the port's own.
+    code = ("import json, mindspore as ms; ms.set_device('CPU'); import test_from_torch as t; "
+            "print('RESULT', json.dumps([t.compiles_of_every_batch_size(f) for f in (False, True)]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    for fuse, compiled in zip(("per_node", "fused"), results):
+        names = [[name for name, _ in after] for after in compiled]
+        assert names[0] and "LossAndGrads" in names[0], f"{fuse}: the first batch compiled {names[0]}"
+        assert compiled[0] == compiled[-1], f"{fuse}: graphs compiled again for another batch size: {compiled}"
 
 
 def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):

@@ -413,6 +413,7 @@ def compiles_of_every_batch_size(fuse: bool) -> list:
     return compiled
 
 
+@pytest.mark.slow  # a fresh process, two ports, GRAPH_MODE training graphs: about 25 s
 def test_dynamic_batch_runs_every_batch_size_in_one_graph():
     # In a fresh process, both ways of running the graph: late in a long test session MindSpore was seen compiling
     # the ported cell's graph once more at the second batch size (not the training graph, and never again after),

@@ -73,23 +73,29 @@ def left_padded_prompt():
     return ids, mask
 
 
+class PortedDecoders(dict):
+    """GPT-2 and Llama, each ported with a dynamic sequence length, per node or fused: on first use, once per
+    module (a test that needs one decoder does not pay for the four)."""
+
+    def __missing__(self, key):
+        name, fuse = key
+        ids, mask = left_padded_prompt()
+        position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        seq = torch.export.Dim("seq", min=2, max=48)
+        dynamic = {"input_ids": {1: seq}, "attention_mask": {1: seq}, "position_ids": {1: seq}}
+        model = self[name, not fuse][0] if (name, not fuse) in self else decoder(name)
+        self[key] = model, aot_ops.from_torch(
+            model, (), {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids, "use_cache": False},
+            dynamic_shapes=dynamic, fuse=fuse)
+        return self[key]
+
+
 @pytest.fixture(scope="module")
 def ported_decoders():
-    """GPT-2 and Llama ported once each, with a dynamic sequence length, per node and fused."""
-    ids, mask = left_padded_prompt()
-    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    seq = torch.export.Dim("seq", min=2, max=48)
-    dynamic = {"input_ids": {1: seq}, "attention_mask": {1: seq}, "position_ids": {1: seq}}
-    ported = {}
-    for name in ("gpt2", "llama"):
-        model = decoder(name)
-        for fuse in (False, True):
-            ported[name, fuse] = model, aot_ops.from_torch(
-                model, (), {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids, "use_cache": False},
-                dynamic_shapes=dynamic, fuse=fuse)
-    return ported
+    return PortedDecoders()
 
 
+@pytest.mark.slow  # four decoders ported and run 16 times each in GRAPH_MODE: about a minute
 @pytest.mark.parametrize("fuse", [False, True], ids=["per_node", "fused"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_greedy_decoding_gives_torchs_tokens_with_one_graph_for_every_length(name, fuse, ported_decoders,

@@ -18,6 +18,8 @@ Public surface:
         torch and MindSpore (StaleLibraryError)
     aot_ops.aten
         every ATen operator: aten.leaky_relu(x, 0.2), aten.add.Tensor(a, b, alpha=2), aten.op("aten::...", ...)
+    aot_ops.OpDef(library, symbol, attrs, backward=aot_ops.Backward(...) or bprop=...).build()
+        define an operator: the one way every operator above is made (forward and backward primitives paired)
     aot_ops.AotOp
         the primitive behind every operator: ops.Custom for an ms_ext entry point
     aot_ops.last_error(library), aot_ops.live_kernel_states(library), aot_ops.aten_launches(),
@@ -56,6 +58,8 @@ _LAZY = {
     "StaleLibraryError": ("._build.build_info", "StaleLibraryError"),
     "library_path": ("._build.bundled", "library_path"),
     "AotOp": ("._core.primitive", "AotOp"),
+    "OpDef": ("._core.opdef", "OpDef"),
+    "Backward": ("._core.opdef", "Backward"),
     "last_error": ("._core.native_state", "last_error"),
     "live_kernel_states": ("._core.native_state", "live_kernel_states"),
     "aten_launches": ("._core.native_state", "aten_launches"),

@@ -92,3 +92,19 @@ def test_every_c_prototype_python_declares_is_the_exported_one(name):
         assert len(argtypes) == len(c_params), (name, argtypes, c_params)
         for ctype, text in zip(argtypes, c_params):
             assert ctype_matches(ctype, text), (name, ctype, text)
+
+
+def test_every_operator_is_made_through_an_operator_definition():
+    """One mechanism: every path that makes an operator (bundled, aten.op, Library.op, Ascend C, CUDA, a ported
+    network's programs) builds an OpDef, so no AotOp is constructed anywhere but in OpDef.build."""
+    import ast
+
+    makers = []
+    for path in sorted((REPO / "aot_ops").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if name == "AotOp":
+                    makers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert makers and all(m.startswith("aot_ops/_core/opdef.py:") for m in makers), makers

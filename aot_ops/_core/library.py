@@ -75,11 +75,12 @@ class Library:
         if out_shape is None or out_dtype is None:
             raise TypeError(f"{symbol}: give both out_shape and out_dtype, or neither (for a kernel with ms_ext "
                             "shape and dtype rules)")
-        from .primitive import AotOp, MindSporeRules, fresh_identity
+        from .opdef import OpDef
+        from .primitive import MindSporeRules, fresh_identity
 
         # An AotOp like every other operator: the call lock, the signature check and the PyNative front.
-        return AotOp(self.path, symbol, infer=MindSporeRules(out_shape, out_dtype), bprop=bprop, attrs=attrs,
-                     identity=identity or fresh_identity(symbol))
+        return OpDef(self.path, symbol, attrs, bprop=bprop, infer=MindSporeRules(out_shape, out_dtype),
+                     identity=identity or fresh_identity(symbol)).build()
 
     def _check_symbol(self, symbol: str) -> None:
         # MindSpore only looks the symbol up at the first launch; a typo should fail here, where it was made.

@@ -1,8 +1,10 @@
 """The definition of one operator: its forward kernel, its backward kernel and how MindSpore's bprop calls it.
 
 In the spirit of torch.library's CustomOpDef: every operator aot_ops hands out (the ready operators, the Ascend C
-operators, `aten.op`, `Library.op`) is an OpDef turned into MindSpore primitives by `build()`, so the pairing of
-forward and backward primitives, their shared attributes and their identities is written once.
+operators, `aten.op`, `Library.op`, the CUDA operators, a ported network's programs) is an OpDef turned into
+MindSpore primitives by `build()`, so the pairing of forward and backward primitives, their shared attributes and
+their identities is written once; nothing else constructs an AotOp (tests/test_contracts.py checks it).
+Public as `aot_ops.OpDef` and `aot_ops.Backward`.
 
     OpDef(library, "LeakyRelu", {"negative_slope": 0.2},
           backward=Backward("LeakyReluGrad", bprops.cotangent_then_inputs, num_grad_inputs=1)).build()
@@ -38,7 +40,8 @@ class Backward:
 class OpDef:
     """One operator. `backward` (a kernel) or `bprop` (a function needing no kernel of its own), or neither (no
     gradient: MindSpore says "bprop not defined" if one is asked for). `identity` defaults to a stable one
-    (library, symbol, attributes), so equal definitions share MindSpore's cached inference."""
+    (library, symbol, attributes), so equal definitions share MindSpore's cached inference. `infer`, `num_inputs`,
+    `min_inputs` and `eager_front` are AotOp's."""
 
     library: str | Path
     symbol: str
@@ -49,6 +52,7 @@ class OpDef:
     identity: str | None = None
     num_inputs: int | None = None
     min_inputs: int | None = None
+    eager_front: bool = True
 
     def __post_init__(self):
         if self.backward is not None and self.bprop is not None:
@@ -71,4 +75,4 @@ class OpDef:
                                 identity=backward_identity, eager_front=False)
             bprop = b.make_bprop(backward_op, b.num_grad_inputs)
         return AotOp(self.library, self.symbol, infer=self.infer, attrs=self.attrs, bprop=bprop, identity=identity,
-                     num_inputs=self.num_inputs, min_inputs=self.min_inputs)
+                     num_inputs=self.num_inputs, min_inputs=self.min_inputs, eager_front=self.eager_front)

@@ -84,7 +84,7 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     arguments named like an attribute take its value."""
     from .. import aten
     from .._core.inference import MetaInference
-    from .._core.primitive import AotOp
+    from .._core.opdef import OpDef
     schema_args = fallback_argument_names(kernel.fallback)
     fallback = aten.op(kernel.fallback, **{k: v for k, v in attrs.items() if k in schema_args},
                        **kernel.fallback_args)
@@ -94,9 +94,9 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
         infer = MetaInference(codegen.entry_symbol(kernel_name), fallback.infer.fn, dynamic_advice=(
             f"Declare output_like in the ascendc.Kernel of {kernel_name} if its outputs are shaped like inputs: "
             "then they are inferred in C++, dynamic shapes included"))
-    return AotOp(path, codegen.entry_symbol(kernel_name), infer=infer,
-                 attrs={"block_dim": block_dim, **attrs}, bprop=fallback.bprop, num_inputs=len(kernel.inputs),
-                 identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}:{sorted(attrs.items())!r}")
+    return OpDef(path, codegen.entry_symbol(kernel_name), {"block_dim": block_dim, **attrs}, bprop=fallback.bprop,
+                 infer=infer, num_inputs=len(kernel.inputs),
+                 identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}:{sorted(attrs.items())!r}").build()
 
 
 def load(name: str, sources: Sequence[PathLike] | PathLike, kernels: Mapping[str, Kernel], *,

@@ -28,11 +28,11 @@ def add2_library():
 def add2(library=None):
     """out = a + b on the GPU (float32, float16) as a MindSpore operator, from `library` (a path or a Library;
     default: the JIT build)."""
-    from .._core.primitive import AotOp
+    from .._core.opdef import OpDef
 
     lib = library if library is not None else add2_library()
     path = lib.path if hasattr(lib, "path") else lib
-    return AotOp(path, "Add2")
+    return OpDef(path, "Add2").build()
 
 
 def load_torch_op(library) -> None:

@@ -59,8 +59,8 @@ class Library:
         - given: callables over MindSpore shapes and dtypes, exactly as for `ops.Custom` (e.g.
           `out_shape=lambda x: x, out_dtype=lambda x: x`); any entry point with MindSpore's seven arguments works.
         Either way the result is an `aot_ops.AotOp`: calls are checked against the kernel's signature, serialised
-        across threads and, in PyNative, take the fast front. `attrs` become primitive attributes (read them with ms_ext::Attrs or ms_ext_extra_get_attr; floats arrive
-        as exact doubles, see ms_ext/c_api.h); `bprop` is
+        across threads and, in PyNative, take the fast front. `attrs` become primitive attributes (read them with
+        ms_ext::Attrs or ms_ext_extra_get_attr; floats arrive as exact doubles, see ms_ext/c_api.h); `bprop` is
         MindSpore's `bprop(*inputs, out, dout) -> tuple of input gradients`.
         """
         if not self.loadable:

@@ -92,7 +92,6 @@ class MindSporeRules:
 
     out_shape: Callable
     out_dtype: Callable
-    num_outputs = None  # known only once the rules have answered
 
     def __call__(self, shapes, dtypes):
         ms_dtypes = [None if d is None else _dtypes.to_ms(d) for d in dtypes]

@@ -124,35 +124,18 @@ def aten(name: str, kwargs: dict, inputs: list[torch.Tensor]):
 
 
 # -- the bundled kernels through a hand-written ops.Custom ----------------------------------------------------
+# The kernels behind these ready operators keep the operator's contract: attribute names, defaults and outputs.
+_KERNEL_OF_READY = {"Add": "add", "Mul": "mul", "Matmul": "matmul", "LeakyRelu": "leaky_relu", "Softmax": "softmax",
+                    "Gelu": "gelu", "MaxDim": "max"}
+
+
 def kernel(symbol: str, attrs: dict, inputs: list[torch.Tensor]):
     """The kernel's contract, with the defaults it documents for attributes left out."""
-    if symbol in ("Add", "Mul"):
-        _arity(inputs, 2)
-        return (_promoting(torch.add if symbol == "Add" else torch.mul, *inputs),)
-    if symbol == "Matmul":
-        _arity(inputs, 2)
-        return (torch.matmul(*inputs),)
-    if symbol == "LeakyRelu":
-        _arity(inputs, 1)
-        return (F.leaky_relu(inputs[0], _float(attrs.get("negative_slope", 0.01))),)
+    if symbol in _KERNEL_OF_READY:
+        return ready(_KERNEL_OF_READY[symbol], attrs, inputs)
     if symbol == "Sum":
         _arity(inputs, 1)
         return (torch.sum(inputs[0]),)
-    if symbol == "Softmax":
-        _arity(inputs, 1)
-        return (torch.softmax(inputs[0], _int(attrs.get("dim", -1))),)
-    if symbol == "Gelu":
-        _arity(inputs, 1)
-        approximate = attrs.get("approximate", "none")
-        if not isinstance(approximate, str):
-            raise NoMeaning("approximate is not a string")
-        return (F.gelu(inputs[0], approximate=approximate),)
-    if symbol == "MaxDim":
-        _arity(inputs, 1)
-        keepdim = attrs.get("keepdim", False)
-        if not isinstance(keepdim, bool):
-            raise NoMeaning("keepdim is not a bool")
-        return tuple(torch.max(inputs[0], _int(attrs.get("dim", -1)), keepdim))
     if symbol == "Permute":
         _arity(inputs, 1)
         if "dims" not in attrs:

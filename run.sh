@@ -56,11 +56,15 @@ case "$cmd" in
     ;;
   test)
     setup_env
+    # Test files are shared among worker processes, one per core up to 4 (AOT_OPS_TEST_WORKERS overrides; 0 runs
+    # in this process): a file's tests run in one worker, in order, so its module fixtures are made once.
+    workers="${AOT_OPS_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+    parallel=(-n "$workers" --dist loadfile)
     if [ "${1:-}" = "--quick" ]; then  # the developer's loop: slow tests skipped, one dtype of each kind
       shift
-      AOT_OPS_QUICK_TESTS=1 exec "$PY" -m pytest -m "not slow" "$@"
+      AOT_OPS_QUICK_TESTS=1 exec "$PY" -m pytest "${parallel[@]}" -m "not slow" "$@"
     fi
-    exec "$PY" -m pytest "$@"
+    exec "$PY" -m pytest "${parallel[@]}" "$@"
     ;;
   *)
     echo "usage: ./run.sh demo | test [--quick] [pytest args]" >&2

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not front.active(), reason=f"the fast front is n
 def custom_path(op, *args):
     """The same operator called through ops.Custom, as with the front off (a primitive gets every argument)."""
     op = getattr(op, "op", op)  # the primitive inside an OptionalInputs cell
-    return ops.Custom.__call__(op, *(args + (None,) * ((op.num_inputs or 0) - len(args))))
+    return ops.Custom.__call__(op, *(args + (None,) * ((op.arity.inputs or 0) - len(args))))
 
 
 def launched(call):

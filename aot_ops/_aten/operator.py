@@ -14,6 +14,7 @@ import torch
 
 from .._core.bprops import inputs_then_cotangent, inputs_then_cotangents
 from .._core.cells import OptionalInputs
+from .._core.arity import Arity
 from .._core.inference import MetaInference
 from .._core.opdef import Backward, OpDef
 from .._build.bundled import library_path
@@ -97,8 +98,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         # can refuse the call (a boolean index), are judged again by the output inference, per dtypes.
         checks_dtypes = check_in_scope(call, attrs)
         op = _make_operator(call, attrs, len(inputs) + shape_inputs, key, out_shapes, out_dtypes, checks_dtypes)
-        if op.num_inputs is not None and op.min_inputs < op.num_inputs:
-            op = OptionalInputs(op, op.num_inputs)
+        if op.arity.has_optional_inputs:
+            op = OptionalInputs(op)
         _operators[cache_key] = op
         while len(_operators) > MAX_CACHED_OPERATORS:
             _operators.popitem(last=False)
@@ -114,8 +115,8 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
     identity = f"{name}{key!r}"
     call_time_list = attrs["aten_num_inputs"] < 0
     n_outputs = attrs.get("aten_num_outputs")
-    # The call-time arguments as MindSpore sees them: tensors, and a tensor list as one tuple argument.
-    arity = 1 if call_time_list else n
+    # The call-time arguments as MindSpore (and so the bprop) sees them: tensors, a tensor list as one tuple.
+    bprop_arguments = 1 if call_time_list else n
     if call_time_list and input_flags(call):
         raise TypeError(f"{name}: with a tensor list left for call time, give every other tensor argument when "
                         "making the operator")
@@ -126,9 +127,10 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         if call_time_list:
             raise TypeError(f"{name}: output shapes cannot be given for a tensor list left for call time")
         attrs["aten_out_shapes"] = encode_shapes(out_shapes)
-        attrs["aten_num_outputs"] = len(out_shapes)
-        forward_infer = CppInference(n, len(out_shapes), lambda _dtypes: out_dtypes)
-        backward_infer = CppInference(n + len(out_shapes), n, lambda dtypes: [d or torch.float32 for d in dtypes[:n]])
+        attrs["aten_num_outputs"] = n_outputs = len(out_shapes)
+        forward_infer = CppInference(lambda _dtypes: out_dtypes)
+        backward_infer = CppInference(lambda dtypes: [d or torch.float32 for d in dtypes[:n]])
+        forward_outputs, backward_outputs = len(out_shapes), n
         forward_symbol = "AtenOp" if len(out_shapes) == 1 else "AtenOpMulti"
         backward_symbol = "AtenOpBackward" if n == 1 else "AtenOpBackwardMulti"
         make_bprop = inputs_then_cotangent if len(out_shapes) == 1 else inputs_then_cotangents
@@ -146,12 +148,14 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
 
         forward_infer = MetaInference(name, forward_meta)
         backward_infer = MetaInference(f"{name} (backward)", backward_meta)
+        forward_outputs = backward_outputs = None  # decided per call by the inference
         forward_symbol, backward_symbol = "AtenOp", "AtenOpBackward"
         make_bprop = inputs_then_cotangent
-    backward_inputs = None if call_time_list or n_outputs is None else n + n_outputs  # inputs, cotangents
-    backward = Backward(backward_symbol, make_bprop, arity, infer=backward_infer,
-                        num_inputs=backward_inputs)
+    # The backward takes the inputs, then the cotangents.
+    backward_arity = Arity() if call_time_list or n_outputs is None else Arity(n + n_outputs, backward_outputs)
+    forward_arity = Arity() if call_time_list else Arity(n, forward_outputs, required)
+    backward = Backward(backward_symbol, make_bprop, bprop_arguments, infer=backward_infer, arity=backward_arity)
     return OpDef(library_path(), forward_symbol, attrs, backward=backward, infer=forward_infer, identity=identity,
-                 num_inputs=None if call_time_list else n, min_inputs=None if call_time_list else required).build()
+                 arity=forward_arity).build()
 
 

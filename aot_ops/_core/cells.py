@@ -36,10 +36,10 @@ class OptionalInputs(nn.Cell):
     call goes straight to the primitive, which pads the same way.
     """
 
-    def __init__(self, op, num_inputs: int):
+    def __init__(self, op):
         super().__init__()
         self.op = op
-        self.num_inputs = num_inputs
+        self.num_inputs = op.arity.inputs
 
     def construct(self, *inputs):
         return self.op(*(inputs + (None,) * (self.num_inputs - len(inputs))))

@@ -86,3 +86,12 @@ def to_ms(torch_dtype: torch.dtype):
         return _ms_pairs()[1][torch_dtype]
     except KeyError:
         raise TypeError(f"torch dtype {torch_dtype} has no MindSpore equivalent") from None
+
+
+def tensor_types(torch_dtypes) -> list:
+    """MindSpore tensor types of these torch dtypes, as an operator's dtype inference answers. Tensor types, not
+    element types: given a bare element type, GRAPH_MODE treats a 0-dim output as a Python scalar and the Cell
+    returns a float instead of a Tensor."""
+    from mindspore.common import dtype as mstype
+
+    return [mstype.TensorType(to_ms(d)) for d in torch_dtypes]

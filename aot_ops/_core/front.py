@@ -13,8 +13,9 @@ arguments. AotOp.__call__ uses it when all of these hold:
   at least one output; the device target is CPU;
 - every argument is a Tensor or None, and the front is on: `AOT_OPS_FAST_FRONT=0` turns it off for the process.
 
-Output dtypes (and, for operators inferred in Python, shapes) are decided here once per input signature and
-cached; dtype errors are raised here, at the call, with the Custom path's text. Shape and launch errors surface
+Output dtypes (and, for operators inferred in Python, shapes) come from the operator's one OutputCache
+(inference.py), where the front also keeps its launch plan per input signature; dtype errors are raised here, at
+the call, with the Custom path's text. Shape and launch errors surface
 as a RuntimeError naming the operator when the result is read, as with MindSpore's own operators.
 `aot_ops doctor` reports whether the front is active.
 """
@@ -26,11 +27,11 @@ from typing import Sequence
 import mindspore as ms
 
 from . import dtypes as _dtypes
+from .inference import OutputCache
 from .packed_attrs import pack
 from .._front import ENV_SWITCH, switched_off
 
-_UNPLANNED = object()
-_MAX_PLANS = 1024  # input signatures remembered per operator
+_NO_OUTPUTS = object()  # a launch plan saying: leave this call to the Custom path
 
 _module = None
 _unavailable: str | None = None
@@ -73,13 +74,10 @@ def launches() -> int:
 
 
 class Front:
-    """The front of one AotOp: its compiled kernel handles and the outputs planned per input signature.
+    """The front of one AotOp: its compiled kernel handles, and a launch plan per input signature kept beside the
+    inferred outputs in the operator's OutputCache (whose inference raises the operator's errors)."""
 
-    `outputs(shapes, dtypes)` is the operator's own inference (AotOp._infer_outputs): output shapes (None when the
-    kernel's C++ InferShape decides them) and torch dtypes, raising the operator's errors.
-    """
-
-    def __init__(self, library: str, symbol: str, name: str, attrs: dict, cpp_shapes: bool, outputs):
+    def __init__(self, library: str, symbol: str, name: str, attrs: dict, cpp_shapes: bool, outputs: OutputCache):
         self._library = library
         self._symbol = symbol
         self._name = name
@@ -87,32 +85,36 @@ class Front:
         self._cpp_shapes = cpp_shapes
         self._outputs = outputs
         self._kernels: dict[int, object] = {}  # per output count (known once the first call is inferred)
-        self._plans: dict = {}
 
     def __call__(self, inputs: Sequence):
+        # The key is MindSpore's own dtype objects (and shapes), read without converting anything: this runs on
+        # every eager call.
         if self._cpp_shapes:
             key = tuple(None if t is None else t.dtype for t in inputs)
         else:
             key = tuple(None if t is None else (t.dtype, t.shape) for t in inputs)
-        plan = self._plans.get(key, _UNPLANNED)
-        if plan is _UNPLANNED:
-            if len(self._plans) >= _MAX_PLANS:  # e.g. a dynamic batch in a long PyNative loop
-                self._plans.clear()
-            plan = self._plans[key] = self._plan(inputs)
+        entry = self._outputs.find(key)
+        plan = None if entry is None else entry.launch_plan
         if plan is None:
+            plan = self._plan(key, inputs)
+        if plan is _NO_OUTPUTS:
             return NotImplemented
         kernel, types, shapes = plan
         return kernel(list(inputs), types, shapes)
 
-    def _plan(self, inputs):
+    def _plan(self, key, inputs):
         shapes = None if self._cpp_shapes else [None if t is None else tuple(t.shape) for t in inputs]
         dtypes = [None if t is None else _dtypes.to_torch(t.dtype) for t in inputs]
-        out_shapes, out_dtypes = self._outputs(shapes, dtypes)
-        if not out_dtypes:
-            return None  # an operator without outputs stays on the Custom path
-        ids = _load().type_ids()
-        types = [ids[_dtypes.checked_ms_name(d)] for d in out_dtypes]
-        return self._kernel(len(types)), types, None if out_shapes is None else [list(s) for s in out_shapes]
+        entry = self._outputs.get(key, shapes, dtypes)
+        if not entry.dtypes:
+            plan = _NO_OUTPUTS  # an operator without outputs stays on the Custom path
+        else:
+            ids = _load().type_ids()
+            types = [ids[_dtypes.checked_ms_name(d)] for d in entry.dtypes]
+            plan = (self._kernel(len(types)), types,
+                    None if entry.shapes is None else [list(s) for s in entry.shapes])
+        entry.launch_plan = plan
+        return plan
 
     def _kernel(self, num_outputs: int):
         kernel = self._kernels.get(num_outputs)
@@ -123,7 +125,7 @@ class Front:
 
 
 def front_for(library: str, symbol: str, name: str, attrs: dict, num_outputs: int | None, cpp_shapes: bool,
-              outputs):
+              outputs: OutputCache):
     """A Front for this kernel, or None when the front cannot run it (then ops.Custom does)."""
     module = _load()
     if module is None or num_outputs == 0:

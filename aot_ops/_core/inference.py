@@ -1,4 +1,5 @@
-"""Output shapes and dtypes of an operator, learned by running its torch counterpart on fake CPU tensors.
+"""Output shapes and dtypes of an operator: learned in Python by running its torch counterpart on fake CPU tensors
+(MetaInference), and kept once per input signature for every kind of inference (OutputCache).
 
 A fake tensor (torch's FakeTensorMode) has a shape, a dtype and a device but no data, so this costs microseconds
 and follows torch exactly: broadcasting, type promotion, multi-output operators, torch's own error messages for
@@ -13,7 +14,7 @@ from typing import Callable, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .dtypes import ms_name
+from .dtypes import ms_name, tensor_types
 from ..errors import Error
 
 
@@ -33,11 +34,8 @@ def fake_mode() -> FakeTensorMode:
 
 
 class MetaInference:
-    """Wraps `fn(*fake_inputs) -> Tensor | tuple[Tensor, ...]` as a shape/dtype inference with a cache.
-
-    MindSpore asks for the output shape on every PyNative call, so results are cached per (shapes, dtypes). An
-    input whose shape is None is passed to `fn` as None (an optional tensor left out).
-    """
+    """Wraps `fn(*fake_inputs) -> Tensor | tuple[Tensor, ...]` as a shape/dtype inference. An input whose shape is
+    None is passed to `fn` as None (an optional tensor left out). Uncached: the operator keeps one OutputCache."""
 
     # What an operator inferred in Python can do about dynamic shapes (GRAPH_MODE), said when they reach it.
     DYNAMIC_ADVICE = ("Give its output shapes (aten.op(..., out_shapes=..., out_dtypes=...) with aten.size "
@@ -47,14 +45,9 @@ class MetaInference:
         self.name = name
         self.fn = fn
         self.dynamic_advice = dynamic_advice
-        self._cache: dict[tuple, tuple[list[tuple[int, ...]], list[torch.dtype]]] = {}
 
     def __call__(self, shapes: Sequence[Sequence[int] | None], dtypes: Sequence[torch.dtype | None]):
         """-> (output shapes, output torch dtypes), one entry per output."""
-        key = (tuple(None if s is None else tuple(s) for s in shapes), tuple(dtypes))
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
         for s in shapes:
             if s is not None and any(d < 0 for d in s):
                 described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
@@ -70,10 +63,58 @@ class MetaInference:
             described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
             raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}") from None
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        value = ([tuple(o.shape) for o in outputs], [o.dtype for o in outputs])
-        if len(self._cache) < 4096:
-            self._cache[key] = value
-        return value
+        return [tuple(o.shape) for o in outputs], [o.dtype for o in outputs]
+
+
+class InferredOutputs:
+    """What an operator's inference said for one input signature, and what its callers made of it once."""
+
+    __slots__ = ("shapes", "dtypes", "_tensor_types", "launch_plan")
+
+    def __init__(self, shapes, dtypes):
+        self.shapes = shapes              # output shapes; None where the kernel's C++ InferShape decides them
+        self.dtypes = dtypes              # output torch dtypes
+        self._tensor_types = None
+        self.launch_plan = None           # the PyNative front's (front.py), made on its first call
+
+    def tensor_types(self) -> list:
+        """The output dtypes as MindSpore's inference callbacks answer them."""
+        if self._tensor_types is None:
+            self._tensor_types = tensor_types(self.dtypes)
+        return self._tensor_types
+
+
+class OutputCache:
+    """The one cache of an operator's inferred outputs per input signature.
+
+    MindSpore asks for output dtypes (and, for operators inferred in Python, shapes) on every PyNative call, and
+    the PyNative front plans each new input signature: all of them read this cache, so `infer(shapes, dtypes)`
+    runs once per signature. A key is whatever the caller describes the inputs by (MindSpore's dtypes and shapes
+    as that caller sees them); errors are not cached, so a refused call raises again. Bounded: a long PyNative loop
+    over a dynamic batch starts afresh after `limit` signatures.
+    """
+
+    def __init__(self, infer: Callable, limit: int = 1024):
+        self._infer = infer
+        self._limit = limit
+        self._entries: dict = {}
+
+    def find(self, key) -> InferredOutputs | None:
+        return self._entries.get(key)
+
+    def get(self, key, shapes, dtypes) -> InferredOutputs:
+        """The entry for `key`, inferred from these input shapes (None: the C++ InferShape decides) and torch
+        dtypes when it is not cached yet."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = InferredOutputs(*self._infer(shapes, dtypes))
+            if len(self._entries) >= self._limit:
+                self._entries.clear()
+            self._entries[key] = entry
+        return entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def describe_input(shape, dtype) -> str:

@@ -66,21 +66,16 @@ class Library:
         if not self.loadable:
             raise RuntimeError(f"library {self.name!r} was compiled but cannot be loaded here: {self.reason}")
         self._check_symbol(symbol)
-        if out_shape is None and out_dtype is None:
-            from .opdef import OpDef
-            from .primitive import fresh_identity
-
-            # A fresh identity unless the caller gives one: two operators of one symbol may differ in their bprop.
-            return OpDef(self.path, symbol, attrs, bprop=bprop, identity=identity or fresh_identity(symbol)).build()
-        if out_shape is None or out_dtype is None:
+        if (out_shape is None) != (out_dtype is None):
             raise TypeError(f"{symbol}: give both out_shape and out_dtype, or neither (for a kernel with ms_ext "
                             "shape and dtype rules)")
-        from .opdef import OpDef
-        from .primitive import MindSporeRules, fresh_identity
+        from .opdef import FRESH, OpDef
+        from .primitive import MindSporeRules
 
-        # An AotOp like every other operator: the call lock, the signature check and the PyNative front.
-        return OpDef(self.path, symbol, attrs, bprop=bprop, infer=MindSporeRules(out_shape, out_dtype),
-                     identity=identity or fresh_identity(symbol)).build()
+        # A fresh identity unless the caller gives one: two operators of one symbol may differ in their bprop (or
+        # in their out_shape/out_dtype rules).
+        infer = None if out_shape is None else MindSporeRules(out_shape, out_dtype)
+        return OpDef(self.path, symbol, attrs, bprop=bprop, infer=infer, identity=identity or FRESH).build()
 
     def _check_symbol(self, symbol: str) -> None:
         # MindSpore only looks the symbol up at the first launch; a typo should fail here, where it was made.

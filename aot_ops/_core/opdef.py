@@ -2,9 +2,9 @@
 
 In the spirit of torch.library's CustomOpDef: every operator aot_ops hands out (the ready operators, the Ascend C
 operators, `aten.op`, `Library.op`, the CUDA operators, a ported network's programs) is an OpDef turned into
-MindSpore primitives by `build()`, so the pairing of forward and backward primitives, their shared attributes and
-their identities is written once; nothing else constructs an AotOp (tests/test_contracts.py checks it).
-Public as `aot_ops.OpDef` and `aot_ops.Backward`.
+MindSpore primitives by `build()`, so the pairing of forward and backward primitives, their shared attributes,
+their counts (an Arity, arity.py) and their identities is written once; nothing else constructs an AotOp
+(tests/test_contracts.py checks it). Public as `aot_ops.OpDef` and `aot_ops.Backward`.
 
     OpDef(library, "LeakyRelu", {"negative_slope": 0.2},
           backward=Backward("LeakyReluGrad", bprops.cotangent_then_inputs, num_grad_inputs=1)).build()
@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .primitive import AotOp, stable_identity
+from .arity import Arity
+from .identity import FRESH, STABLE, backward_identity, identity_of
+from .primitive import AotOp
+
+__all__ = ["Backward", "OpDef", "FRESH", "STABLE"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +37,18 @@ class Backward:
     attrs: Mapping[str, Any] | None = None
     library: str | Path | None = None
     infer: Any = None                 # as AotOp's `infer`; None: the kernel's own C++ rules
-    num_inputs: int | None = None     # as AotOp's `num_inputs`, for a kernel without an exported signature
+    arity: Arity | None = None        # for a kernel without an exported signature
 
 
 @dataclass(frozen=True)
 class OpDef:
     """One operator. `backward` (a kernel) or `bprop` (a function needing no kernel of its own), or neither (no
-    gradient: MindSpore says "bprop not defined" if one is asked for). `identity` defaults to a stable one
-    (library, symbol, attributes), so equal definitions share MindSpore's cached inference. `infer`, `num_inputs`,
-    `min_inputs` and `eager_front` are AotOp's."""
+    gradient: MindSpore says "bprop not defined" if one is asked for).
+
+    `identity` is the key MindSpore caches an operator's inference under (identity.py): STABLE (the default,
+    from library, symbol and attributes: equal definitions share MindSpore's cache), FRESH (no other operator's),
+    or a string (the caller's own key). `arity` gives the counts of a kernel without an exported signature
+    (arity.py). `infer` and `eager_front` are AotOp's."""
 
     library: str | Path
     symbol: str
@@ -49,9 +56,8 @@ class OpDef:
     backward: Backward | None = None
     bprop: Callable | None = None
     infer: Any = None
-    identity: str | None = None
-    num_inputs: int | None = None
-    min_inputs: int | None = None
+    identity: Any = STABLE
+    arity: Arity | None = None
     eager_front: bool = True
 
     def __post_init__(self):
@@ -60,19 +66,17 @@ class OpDef:
 
     def build(self) -> AotOp:
         """The forward primitive, with the backward primitive inside its bprop."""
-        identity = self.identity or stable_identity(self.library, self.symbol, self.attrs)
+        identity = identity_of(self.identity, self.library, self.symbol, self.attrs)
         bprop = self.bprop
         if self.backward is not None:
             b = self.backward
             library = self.library if b.library is None else b.library
             attrs = self.attrs if b.attrs is None else b.attrs
-            backward_identity = (f"{identity}.backward" if self.identity
-                                 else stable_identity(library, b.symbol, attrs))
             # The backward kernel keeps ops.Custom in PyNative too: MindSpore runs bprops on its bprop queue,
             # where a call through the front waited on the frontend queue (a ported transformer's PyNative
             # training step took 30 ms with its 45 backward calls on the front, 19 ms on ops.Custom).
-            backward_op = AotOp(library, b.symbol, infer=b.infer, attrs=attrs, num_inputs=b.num_inputs,
-                                identity=backward_identity, eager_front=False)
+            backward_op = AotOp(library, b.symbol, infer=b.infer, attrs=attrs, arity=b.arity, eager_front=False,
+                                identity=backward_identity(self.identity, identity, library, b.symbol, attrs))
             bprop = b.make_bprop(backward_op, b.num_grad_inputs)
         return AotOp(self.library, self.symbol, infer=self.infer, attrs=self.attrs, bprop=bprop, identity=identity,
-                     num_inputs=self.num_inputs, min_inputs=self.min_inputs, eager_front=self.eager_front)
+                     arity=self.arity, eager_front=self.eager_front)

@@ -6,7 +6,6 @@ kernels, user libraries, ATen operators) is an AotOp.
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,21 +13,21 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 from mindspore import Tensor, ops
-from mindspore.common import dtype as mstype
 from mindspore.graph.api import _pynative_executor
 from mindspore.ops import CustomRegOp, DataType
 
 from . import dtypes as _dtypes
 from . import front as _front
-from .inference import MetaInference
+from .arity import Arity
+from .identity import FRESH, identity_of
+from .inference import MetaInference, OutputCache
 from .signature import read_signature
 
 # A Custom primitive with the same `func` and the same prim attributes as an earlier one reuses MindSpore's
-# cached inference (its own out_shape is never called). Every AotOp therefore carries an identity attribute:
-# a stable one when its behaviour is fully described by (library, symbol, attributes), a fresh one otherwise.
+# cached inference (its own out_shape is never called). Every AotOp therefore carries an identity attribute
+# (identity.py).
 IDENTITY_ATTR = "aot_ops_identity"
 IO_ATTR = "ms_ext_io"
-_fresh_ids = itertools.count()
 _NOT_MADE = object()
 
 # MindSpore is not safe to enter from several Python threads at once: concurrent PyNative launches of one Custom
@@ -43,17 +42,6 @@ CALL_LOCK = threading.RLock()
 def _front_allowed() -> bool:
     """Whether eager calls may use the PyNative front: decided once per process (aot_ops/_front)."""
     return _front.active()
-
-
-def fresh_identity(prefix: str) -> str:
-    return f"{prefix}#{next(_fresh_ids)}"
-
-
-def stable_identity(library: str | Path, symbol: str, attrs: Mapping[str, object] | None) -> str:
-    """Identity of an operator whose behaviour (shapes, dtypes, values) is fully given by its kernel and its
-    attributes: two such operators may share MindSpore's cached inference."""
-    described = ",".join(f"{k}={attrs[k]!r}" for k in sorted(attrs or {}))
-    return f"{Path(library).name}:{symbol}({described})"
 
 
 def attribute_value(value):
@@ -77,10 +65,8 @@ def set_attributes(prim: ops.Primitive, attrs: Mapping[str, object] | None) -> N
 class CppInference:
     """Output shapes from the kernel's C++ InferShape (MindSpore calls it, also with dynamic shapes in GRAPH_MODE),
     dtypes from `dtypes(input torch dtypes) -> output torch dtypes` in Python (a dtype inferred in C++ would make
-    GRAPH_MODE return 0-dim outputs as Python scalars)."""
+    GRAPH_MODE return 0-dim outputs as Python scalars). The operator's Arity must give both counts."""
 
-    num_inputs: int
-    num_outputs: int
     dtypes: Callable[[Sequence[torch.dtype]], Sequence[torch.dtype]]
 
 
@@ -112,17 +98,16 @@ def _device_target() -> str:
     return target if target in ("CPU", "GPU", "Ascend") else "CPU"
 
 
-def _reg_info(symbol: str, n_in: int, n_out: int):
+def _reg_info(symbol: str, arity: Arity):
     """The reg_info MindSpore requires before it calls C++ inference: inputs, outputs, any dtype, the current device
-    target. Built anew for every primitive: Custom modifies the reg_info it is given (it prefixes the op name).
-    MindSpore registers the kernel's inputs and outputs once per (reg_info name, function): the name carries the
-    counts, because one entry point (the generic AtenOp) serves operators of every arity."""
-    reg = CustomRegOp(f"{symbol}_{n_in}_{n_out}")
-    for i in range(n_in):
+    target. Built anew for every primitive: Custom modifies the reg_info it is given (it prefixes the op name)."""
+    reg = CustomRegOp(arity.registration_name(symbol))
+    for i in range(arity.inputs):
         reg = reg.input(i, f"x{i}")
-    for i in range(n_out):
+    for i in range(arity.outputs):
         reg = reg.output(i, f"y{i}")
-    return reg.dtype_format(*([DataType.None_None] * (n_in + n_out))).target(_device_target()).get_op_info()
+    formats = [DataType.None_None] * (arity.inputs + arity.outputs)
+    return reg.dtype_format(*formats).target(_device_target()).get_op_info()
 
 
 class AotOp(ops.Custom):
@@ -138,25 +123,31 @@ class AotOp(ops.Custom):
     - a MetaInference (or any `fn(input shapes, input torch dtypes) -> (output shapes, output torch dtypes)`): in
       Python. MindSpore asks Custom for the shape and the dtype through separate callbacks, but torch needs both
       to run an operator, so AotOp answers MindSpore's joint `__infer__` instead. Static shapes only.
-    Calls are checked in Python against the kernel's exported signature when it has one (argument count,
-    dtypes). `num_inputs` (when the kernel exports no signature) is the number of arguments a call takes; a call
-    with fewer, in PyNative, passes None for the rest (optional tensors).
+    Calls are checked in Python against the operator's Arity (arity.py: the kernel's exported signature when it
+    has one, else `arity`) and the signature's dtypes. A PyNative call with fewer inputs than the Arity's passes
+    None for the optional ones it leaves out. Output shapes and dtypes are inferred once per input signature and
+    kept in one cache (`outputs`), which MindSpore's callbacks and the PyNative front both read.
+    Made by OpDef.build() (opdef.py) inside aot_ops; `identity` (identity.py) defaults to a fresh one.
     """
 
-    def __init__(self, library: str | Path, symbol: str, *, infer: MetaInference | CppInference | Callable | None = None,
-                 bprop: Callable | None = None, attrs: Mapping[str, object] | None = None,
-                 identity: str | None = None, num_inputs: int | None = None, min_inputs: int | None = None,
+    def __init__(self, library: str | Path, symbol: str, *,
+                 infer: MetaInference | CppInference | Callable | None = None, bprop: Callable | None = None,
+                 attrs: Mapping[str, object] | None = None, identity: str | None = None, arity: Arity | None = None,
                  eager_front: bool = True):
         library = str(library)
         signature = read_signature(library, symbol)
         if signature is not None:
             signature.check_attrs(attrs)
+            arity = Arity(signature.inputs, signature.outputs, arity.required if arity is not None else None)
+        arity = arity or Arity()
         if infer is None:
             if signature is None or not signature.infer:
                 raise ValueError(f"{symbol}: the kernel in {library} has no C++ shape/dtype rules; give out_shape "
                                  "and out_dtype (Library.op) or an inference")
-            infer = CppInference(signature.inputs, signature.outputs, signature.output_dtypes)
+            infer = CppInference(signature.output_dtypes)
         in_cpp = isinstance(infer, CppInference)
+        if in_cpp and (arity.inputs is None or arity.outputs is None):
+            raise ValueError(f"{symbol}: an operator inferred in C++ needs both counts in its Arity, got {arity}")
         if isinstance(infer, MindSporeRules):
             out_shape, out_dtype = infer.out_shape, infer.out_dtype
         elif in_cpp:
@@ -166,34 +157,31 @@ class AotOp(ops.Custom):
         super().__init__(
             f"{library}:{symbol}", out_shape=out_shape, out_dtype=out_dtype,
             func_type="aot", bprop=bprop,
-            reg_info=_reg_info(symbol, infer.num_inputs, infer.num_outputs) if in_cpp else None)
+            reg_info=_reg_info(symbol, arity) if in_cpp else None)
         self.library = library
-        self._dtype_answers: dict = {}  # MindSpore asks on every PyNative call
         self.symbol = symbol
         self.infer = infer
         self.signature = signature
-        self.num_inputs = signature.inputs if signature is not None else num_inputs
-        self.min_inputs = self.num_inputs if min_inputs is None else min_inputs
+        self.arity = arity
+        self.outputs = OutputCache(self._infer_outputs)
         set_attributes(self, attrs)
-        self.add_prim_attr(IDENTITY_ATTR, identity or fresh_identity(symbol))
+        self.add_prim_attr(IDENTITY_ATTR, identity_of(FRESH if identity is None else identity, library, symbol, attrs))
         self._kernel_attrs = dict(attrs or {})  # the values the kernel reads, for the PyNative front
         self._eager_front = eager_front
-        # The input/output split the kernel checks at launch (MindSpore does not pass it; ms_ext/call.h). Every call
-        # of this primitive has exactly these counts: __call__ and __infer__ check its arguments.
-        if self.num_inputs is not None:
-            outputs = [infer.num_outputs] if isinstance(infer, CppInference) else []
-            self.add_prim_attr(IO_ATTR, [self.num_inputs, *outputs])
-            self._kernel_attrs[IO_ATTR] = [self.num_inputs, *outputs]
+        # The input/output split the kernel checks at launch. Every call of this primitive has exactly these
+        # counts: __call__ and __infer__ check its arguments.
+        io = arity.io_attribute()
+        if io is not None:
+            self.add_prim_attr(IO_ATTR, io)
+            self._kernel_attrs[IO_ATTR] = io
 
     def __call__(self, *args):
         # PyNative: check the call before MindSpore selects a kernel (a wrong argument count otherwise surfaces as
         # "KernelObjectTypeNotSupported", or worse).
-        if self.num_inputs is not None:
+        if self.arity.inputs is not None:
             count = sum(len(a) if isinstance(a, (tuple, list)) else 1 for a in args)  # the kernel's view
-            if not self.min_inputs <= count <= self.num_inputs:
-                raise TypeError(f"{self.name_for_errors()}: {_expected(self.min_inputs, self.num_inputs)}, got "
-                                f"{count}")
-            args = args + (None,) * (self.num_inputs - count)
+            self.arity.check_call(self.name_for_errors(), count, may_omit_optional=True)
+            args = args + (None,) * (self.arity.inputs - count)
         if self._eager_front and _front_allowed() and not _pynative_executor.requires_grad():
             result = self._call_front(args)
             if result is not NotImplemented:
@@ -207,8 +195,8 @@ class AotOp(ops.Custom):
         if front is _NOT_MADE:
             cpp = isinstance(self.infer, CppInference)
             front = self._front = _front.front_for(self.library, self.symbol, self.name_for_errors(),
-                                                   self._kernel_attrs, self.infer.num_outputs if cpp else None, cpp,
-                                                   self._infer_outputs)
+                                                   self._kernel_attrs, self.arity.outputs if cpp else None, cpp,
+                                                   self.outputs)
         if front is None:
             return NotImplemented
         inputs = []
@@ -247,19 +235,18 @@ class AotOp(ops.Custom):
         return getattr(self.infer, "name", None) or self.symbol
 
     def _cpp_dtypes(self, *ms_dtypes):
-        """out_dtype for kernels inferred in C++: the dtype rule, as MindSpore tensor types."""
-        key = tuple(str(d) for d in ms_dtypes)
-        answer = self._dtype_answers.get(key)
-        if answer is None:
-            dtypes = [None if d is None else _dtypes.to_torch(d) for d in _flatten_dtypes(ms_dtypes)]
-            out = _tensor_types(self._infer_outputs(None, dtypes)[1])
-            answer = self._dtype_answers[key] = out[0] if len(out) == 1 else tuple(out)
-        return answer
+        """out_dtype for kernels inferred in C++ (MindSpore asks on every PyNative call): the dtype rule, as
+        MindSpore tensor types."""
+        flat = _flatten_dtypes(ms_dtypes)
+        inferred = self.outputs.get(tuple(str(d) for d in flat),
+                                    None, [None if d is None else _dtypes.to_torch(d) for d in flat])
+        out = inferred.tensor_types()
+        return out[0] if len(out) == 1 else tuple(out)
 
     def _infer_outputs(self, shapes, dtypes):
         """(output shapes, output torch dtypes) for inputs of these shapes and torch dtypes; the shapes are None for
-        a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Used by MindSpore's
-        inference callbacks and by the PyNative front alike."""
+        a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Called through the one
+        cache (`self.outputs`) by MindSpore's inference callbacks and by the PyNative front alike."""
         try:
             if isinstance(self.infer, CppInference):
                 out_shapes, out_dtypes = None, self.infer.dtypes(dtypes)
@@ -267,7 +254,7 @@ class AotOp(ops.Custom):
                 if self.signature is not None:
                     self.signature.check(dtypes)
                 out_shapes, out_dtypes = self.infer(shapes, dtypes)
-            _tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
+            _dtypes.tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
         except TypeError as exc:
             name = self.name_for_errors()
             raise TypeError(str(exc) if str(exc).startswith(f"{name}:") else f"{name}: {exc}") from None
@@ -275,26 +262,20 @@ class AotOp(ops.Custom):
 
     def __infer__(self, *args):
         # GRAPH_MODE reaches here without __call__: the same argument count check, before anything reads inputs.
-        if self.num_inputs is not None:
+        if self.arity.inputs is not None:
             count = len(_flatten_tuple_arguments(args)[0])  # a tuple of tensors reaches the kernel expanded
-            if count != self.num_inputs:
-                raise TypeError(f"{self.name_for_errors()}: {_expected(self.num_inputs, self.num_inputs)}, got "
-                                f"{count}")
+            self.arity.check_call(self.name_for_errors(), count, may_omit_optional=False)
         if isinstance(self.infer, (CppInference, MindSporeRules)):
             # CppInference: a shape placeholder (MindSpore runs the C++ InferShape) and _cpp_dtypes;
             # MindSporeRules: the user's out_shape/out_dtype, called by Custom itself.
             return super().__infer__(*args)
         shapes, ms_dtypes = _flatten_tuple_arguments(args)
-        dtypes = [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes]
-        out_shapes, out_dtypes = self._infer_outputs(shapes, dtypes)
-        ms_dtypes = _tensor_types(out_dtypes)
+        key = tuple(zip(shapes, (str(d) for d in ms_dtypes)))
+        inferred = self.outputs.get(key, shapes, [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes])
+        out_shapes, ms_dtypes = inferred.shapes, inferred.tensor_types()
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}
-
-
-def _expected(low: int, high: int) -> str:
-    return f"expected {low} input(s)" if low == high else f"expected {low} to {high} inputs"
 
 
 def _flatten_tuple_arguments(args):
@@ -316,12 +297,6 @@ def _flatten_dtypes(ms_dtypes) -> list:
     for d in ms_dtypes:
         out.extend(d if isinstance(d, (tuple, list)) else [d])
     return out
-
-
-def _tensor_types(torch_dtypes) -> list:
-    # Tensor types, not element types: given a bare element type, GRAPH_MODE treats a 0-dim output as a Python
-    # scalar and the Cell returns a float instead of a Tensor.
-    return [mstype.TensorType(_dtypes.to_ms(d)) for d in torch_dtypes]
 
 
 def _answered_by_infer(*_args):

@@ -38,7 +38,6 @@ class KernelSignature:
             pairs = (item.rsplit(":", 1) for item in fields["attrs"].split(",") if item)
             self.attrs = {name: int(kind) for name, kind in pairs}
         self._library = library
-        self._output_dtypes: dict[tuple, list[torch.dtype]] = {}  # PyNative asks on every call
 
     def check(self, dtypes: Sequence[torch.dtype]) -> None:
         if len(dtypes) != self.inputs:
@@ -64,19 +63,15 @@ class KernelSignature:
                 raise TypeError(f"{self.symbol}: attribute {name!r} must be a {kind_name}, got {value!r}")
 
     def output_dtypes(self, dtypes: Sequence[torch.dtype]) -> list[torch.dtype]:
-        """The kernel's own dtype rule (C++), evaluated for these input dtypes."""
-        key = tuple(dtypes)
-        known = self._output_dtypes.get(key)
-        if known is not None:
-            return known
+        """The kernel's own dtype rule (C++), evaluated for these input dtypes (uncached: the operator keeps one
+        OutputCache, inference.py)."""
         self.check(dtypes)
         rule = getattr(self._library, f"ms_ext_output_types_{self.symbol}")
         names_in = (ctypes.c_char_p * max(len(dtypes), 1))(*[ms_name(d).encode() for d in dtypes])
         names_out = (ctypes.c_char_p * self.outputs)()
         if rule(len(dtypes), names_in, names_out, self.outputs) != 0:
             raise TypeError(last_error(self._library))
-        result = self._output_dtypes[key] = [from_ms_name(n.decode()) for n in names_out]
-        return result
+        return [from_ms_name(n.decode()) for n in names_out]
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,8 +25,8 @@ from torch.utils._pytree import tree_unflatten
 from .._core import dtypes as _dtypes
 from .._core.convert import to_ms, to_torch
 from .._build.bundled import library_path
-from .._core.opdef import OpDef
-from .._core.primitive import CALL_LOCK, AotOp, CppInference, fresh_identity
+from .._core.opdef import FRESH, OpDef
+from .._core.primitive import CALL_LOCK, AotOp, CppInference
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError
 
@@ -302,9 +302,8 @@ def _program_operator(program, bprop=None, eager_front: bool = True) -> AotOp:
     inside MindSpore's bprop, where ops.Custom is faster than the PyNative front (see _opdef.py)."""
     dtypes = list(program.out_dtypes)
     # A fresh identity: the attributes hold the whole program, too long to spell out as a stable one.
-    return OpDef(library_path(), program.symbol, program.attrs, bprop=bprop, num_inputs=program.num_inputs,
-                 infer=CppInference(program.num_inputs, program.num_outputs, lambda _dtypes: dtypes),
-                 identity=fresh_identity(program.symbol), eager_front=eager_front).build()
+    return OpDef(library_path(), program.symbol, program.attrs, bprop=bprop, arity=program.arity,
+                 infer=CppInference(lambda _dtypes: dtypes), identity=FRESH, eager_front=eager_front).build()
 
 
 def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:

@@ -16,6 +16,7 @@ import torch
 from .._aten import schema as _schema
 from .._aten.encode import encode
 from .._aten.sizes import encode_shapes
+from .._core.arity import Arity
 from .._core.packed_attrs import pack
 from .errors import PortError
 from .graph import Graph, Item, Operator
@@ -32,6 +33,10 @@ class Program:
     @property
     def num_outputs(self) -> int:
         return len(self.out_dtypes)
+
+    @property
+    def arity(self) -> Arity:
+        return Arity(self.num_inputs, self.num_outputs)
 
     @property
     def symbol(self) -> str:

@@ -83,6 +83,7 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
     fallback's meta inference, and the fallback's bprop (its ATen backward) as its gradient; the fallback's
     arguments named like an attribute take its value."""
     from .. import aten
+    from .._core.arity import Arity
     from .._core.inference import MetaInference
     from .._core.opdef import OpDef
     schema_args = fallback_argument_names(kernel.fallback)
@@ -95,7 +96,7 @@ def _operator(path: Path, library_name: str, kernel_name: str, kernel: Kernel, b
             f"Declare output_like in the ascendc.Kernel of {kernel_name} if its outputs are shaped like inputs: "
             "then they are inferred in C++, dynamic shapes included"))
     return OpDef(path, codegen.entry_symbol(kernel_name), {"block_dim": block_dim, **attrs}, bprop=fallback.bprop,
-                 infer=infer, num_inputs=len(kernel.inputs),
+                 infer=infer, arity=Arity(len(kernel.inputs)),
                  identity=f"ascendc:{library_name}:{kernel_name}:{path}:{block_dim}:{sorted(attrs.items())!r}").build()
 
 

@@ -237,9 +237,9 @@ class AotOp(ops.Custom):
     def _cpp_dtypes(self, *ms_dtypes):
         """out_dtype for kernels inferred in C++ (MindSpore asks on every PyNative call): the dtype rule, as
         MindSpore tensor types."""
-        flat = _flatten_dtypes(ms_dtypes)
-        inferred = self.outputs.get(tuple(str(d) for d in flat),
-                                    None, [None if d is None else _dtypes.to_torch(d) for d in flat])
+        flat = [None if d is None else _dtypes.element_type(d) for d in _flatten_dtypes(ms_dtypes)]
+        # The key the PyNative front uses for the same inputs (front.py): one entry per signature for both paths.
+        inferred = self.outputs.get(tuple(flat), None, [None if d is None else _dtypes.to_torch(d) for d in flat])
         out = inferred.tensor_types()
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -270,7 +270,9 @@ class AotOp(ops.Custom):
             # MindSporeRules: the user's out_shape/out_dtype, called by Custom itself.
             return super().__infer__(*args)
         shapes, ms_dtypes = _flatten_tuple_arguments(args)
-        key = tuple(zip(shapes, (str(d) for d in ms_dtypes)))
+        ms_dtypes = [None if d is None else _dtypes.element_type(d) for d in ms_dtypes]
+        # The key the PyNative front uses for the same inputs (front.py): one entry per signature for both paths.
+        key = tuple(None if d is None else (d, s) for s, d in zip(shapes, ms_dtypes))
         inferred = self.outputs.get(key, shapes, [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes])
         out_shapes, ms_dtypes = inferred.shapes, inferred.tensor_types()
         if len(out_shapes) == 1:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import aot_ops
-from aot_ops import OpDef, aten
+from aot_ops import Backward, OpDef, aten
+from aot_ops._core import bprops
 from aot_ops._core import front
 from aot_ops._core.arity import Arity
 from aot_ops._core.identity import FRESH, STABLE
@@ -65,12 +66,17 @@ def test_identity_policies():
 
 
 @pytest.mark.skipif(not front.active(), reason=f"the fast front is not active: {front.status()}")
-@pytest.mark.parametrize("make", [lambda: aot_ops.add(), lambda: aten.op("aten::atan2")],
-                         ids=["inferred_in_cpp", "inferred_in_python"])
+@pytest.mark.parametrize("make", [
+    # An operator of its own (FRESH): the ready add is shared within the process, and its cache is keyed by
+    # dtypes alone (shapes come from C++).
+    lambda: OpDef(aot_ops.library_path(), "Add", backward=Backward("AddGrad", bprops.cotangent_then_inputs, 2),
+                  identity=FRESH).build(),
+    lambda: aten.op("aten::atan2"),
+], ids=["inferred_in_cpp", "inferred_in_python"])
 def test_one_cache_entry_per_input_signature_for_the_front_and_the_custom_path(make):
     op = make()
     primitive = getattr(op, "op", op)
-    # A shape no other test uses: the operators are shared within the process.
+    # A shape no other test uses: aten.op's operators are shared within the process.
     x, y = sample((3, 11, 5), torch.float32), sample((3, 11, 5), torch.float32, seed=1)
     entries = len(primitive.outputs)
     before = front.launches()

@@ -208,7 +208,8 @@ def test_reg_info_declares_the_device_the_operator_runs_on(monkeypatch, target):
     import mindspore as ms
 
     from aot_ops._core import primitive as _primitive
+    from aot_ops._core.arity import Arity
 
     real = ms.get_context
     monkeypatch.setattr(ms, "get_context", lambda key: target if key == "device_target" else real(key))
-    assert _primitive._reg_info("LeakyRelu", 1, 1)["target"] == target
+    assert _primitive._reg_info("LeakyRelu", Arity(1, 1))["target"] == target

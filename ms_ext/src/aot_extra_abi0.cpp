@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "attr_decode.h"
+#include "c_boundary.h"
 #include "ms_ext/c_api.h"
 
 namespace mindspore {
@@ -180,13 +181,9 @@ const char *ms_ext_attr_kind_name(ms_ext_attr_kind kind) {
 int ms_ext_extra_has_attr(ms_ext_extra *extra, const char *name) {
   if (extra == nullptr) return 0;  // no extra (e.g. a harness call): no attributes at all
   if (ms_ext_call_extra *own = as_call_extra(extra)) return ms_ext_attr_table_has(own->table, name);
-  try {
-    return as_extra(extra)->HasAttr(name) ? 1 : 0;
-  } catch (const std::exception &e) {
-    return fail(first_line(e.what()));
-  } catch (...) {
-    return fail("unknown exception in AotExtra::HasAttr");
-  }
+  return ms_ext_c::at_c_boundary([&] { return as_extra(extra)->HasAttr(name) ? 1 : 0; },
+                                 [](const char *text) { return fail(first_line(text)); },
+                                 "unknown exception in AotExtra::HasAttr");
 }
 
 int ms_ext_extra_get_attr(ms_ext_extra *extra, const char *name, ms_ext_attr_kind kind, ms_ext_attr_value *out) {
@@ -195,17 +192,17 @@ int ms_ext_extra_get_attr(ms_ext_extra *extra, const char *name, ms_ext_attr_kin
   out->kind = kind;
   if (extra == nullptr) return fail("the attribute is missing (no attributes were passed to this call)");
   if (ms_ext_call_extra *own = as_call_extra(extra)) return ms_ext_attr_table_get(own->table, name, kind, out);
-  try {
-    if (!as_extra(extra)->HasAttr(name)) return fail("the attribute is missing");
-    read_attr(as_extra(extra), name, kind, out);
-    return 0;
-  } catch (const std::exception &e) {
-    ms_ext_attr_value_free(out);
-    return fail(first_line(e.what()));
-  } catch (...) {
-    ms_ext_attr_value_free(out);
-    return fail("unknown exception while reading the attribute");
-  }
+  return ms_ext_c::at_c_boundary(
+      [&] {
+        if (!as_extra(extra)->HasAttr(name)) return fail("the attribute is missing");
+        read_attr(as_extra(extra), name, kind, out);
+        return 0;
+      },
+      [out](const char *text) {
+        ms_ext_attr_value_free(out);  // no half-filled value reaches the caller
+        return fail(first_line(text));
+      },
+      "unknown exception while reading the attribute");
 }
 
 void ms_ext_attr_value_free(ms_ext_attr_value *value) {
@@ -227,12 +224,12 @@ int ms_ext_extra_set_workspace(ms_ext_extra *extra, const size_t *bytes, size_t 
     own->workspace.assign(bytes, bytes + count);
     return 0;
   }
-  try {
-    as_extra(extra)->SetWorkSpace(std::vector<size_t>(bytes, bytes + count));
-    return 0;
-  } catch (const std::exception &e) {
-    return fail(e.what());
-  }
+  return ms_ext_c::at_c_boundary(
+      [&] {
+        as_extra(extra)->SetWorkSpace(std::vector<size_t>(bytes, bytes + count));
+        return 0;
+      },
+      [](const char *text) { return fail(text); });
 }
 
 int ms_ext_extra_set_kernel_data(ms_ext_extra *extra, void *state) {

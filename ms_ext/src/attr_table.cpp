@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "attr_decode.h"
+#include "c_boundary.h"
 #include "ms_ext/c_api.h"
 
 struct ms_ext_attr_table {
@@ -146,7 +147,7 @@ ms_ext_attr_table *ms_ext_attr_table_parse(const char *packed, size_t size) {
     return nullptr;
   }
   size_t pos = 0;
-  try {
+  const auto parse = [&]() -> ms_ext_attr_table * {
     while (pos < size) {
       const char *colon = static_cast<const char *>(std::memchr(packed + pos, ':', size - pos));
       if (colon == nullptr || colon == packed + pos) throw std::invalid_argument("an entry has no name");
@@ -164,12 +165,13 @@ ms_ext_attr_table *ms_ext_attr_table_parse(const char *packed, size_t size) {
         throw std::invalid_argument("an attribute appears twice");
       pos += length + 1;
     }
-  } catch (const std::exception &e) {
+    return table;
+  };
+  return ms_ext_c::at_c_boundary(parse, [&](const char *text) -> ms_ext_attr_table * {
     delete table;
-    fail(std::string("packed attributes, at byte ") + std::to_string(pos) + ": " + e.what());
+    fail(std::string("packed attributes, at byte ") + std::to_string(pos) + ": " + text);
     return nullptr;
-  }
-  return table;
+  });
 }
 
 void ms_ext_attr_table_free(ms_ext_attr_table *table) { delete table; }
@@ -189,13 +191,15 @@ int ms_ext_attr_table_get(const ms_ext_attr_table *table, const char *name, ms_e
   if (found == table->entries.end()) return fail("the attribute is missing");
   if (!readable_as(found->second, kind))
     return fail(std::string("the attribute is a ") + ms_ext_attr_kind_name(found->second.kind));
-  try {
-    decode(found->second, kind, out);
-    return 0;
-  } catch (const std::exception &e) {
-    ms_ext_attr_value_free(out);
-    return fail(e.what());
-  }
+  return ms_ext_c::at_c_boundary(
+      [&] {
+        decode(found->second, kind, out);
+        return 0;
+      },
+      [out](const char *text) {
+        ms_ext_attr_value_free(out);  // no half-filled value reaches the caller
+        return fail(text);
+      });
 }
 
 }  // extern "C"

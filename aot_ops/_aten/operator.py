@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import torch
 
 from .._core.bprops import inputs_then_cotangent, inputs_then_cotangents
-from .._core.cells import OptionalInputs
 from .._core.arity import Arity
+from .._core.cells import OptionalInputs
 from .._core.inference import MetaInference
 from .._core.opdef import Backward, OpDef
 from .._build.bundled import library_path
@@ -130,7 +130,7 @@ def _make_operator(call: BoundCall, attrs: dict, n: int, key: tuple, out_shapes,
         attrs["aten_num_outputs"] = n_outputs = len(out_shapes)
         forward_infer = CppInference(lambda _dtypes: out_dtypes)
         backward_infer = CppInference(lambda dtypes: [d or torch.float32 for d in dtypes[:n]])
-        forward_outputs, backward_outputs = len(out_shapes), n
+        forward_outputs, backward_outputs = n_outputs, n
         forward_symbol = "AtenOp" if len(out_shapes) == 1 else "AtenOpMulti"
         backward_symbol = "AtenOpBackward" if n == 1 else "AtenOpBackwardMulti"
         make_bprop = inputs_then_cotangent if len(out_shapes) == 1 else inputs_then_cotangents

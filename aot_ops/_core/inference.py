@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .dtypes import ms_name, tensor_types
+from .dtypes import ms_name
 from ..errors import Error
 
 
@@ -67,29 +67,23 @@ class MetaInference:
 
 
 class InferredOutputs:
-    """What an operator's inference said for one input signature, and what its callers made of it once."""
+    """What an operator's inference said for one input signature, and the front's launch plan for it."""
 
-    __slots__ = ("shapes", "dtypes", "_tensor_types", "launch_plan")
+    __slots__ = ("shapes", "dtypes", "tensor_types", "launch_plan")
 
-    def __init__(self, shapes, dtypes):
+    def __init__(self, shapes, dtypes, tensor_types):
         self.shapes = shapes              # output shapes; None where the kernel's C++ InferShape decides them
         self.dtypes = dtypes              # output torch dtypes
-        self._tensor_types = None
+        self.tensor_types = tensor_types  # the same as MindSpore's inference callbacks answer them
         self.launch_plan = None           # the PyNative front's (front.py), made on its first call
-
-    def tensor_types(self) -> list:
-        """The output dtypes as MindSpore's inference callbacks answer them."""
-        if self._tensor_types is None:
-            self._tensor_types = tensor_types(self.dtypes)
-        return self._tensor_types
 
 
 class OutputCache:
     """The one cache of an operator's inferred outputs per input signature.
 
     MindSpore asks for output dtypes (and, for operators inferred in Python, shapes) on every PyNative call, and
-    the PyNative front plans each new input signature: all of them read this cache, so `infer(shapes, dtypes)`
-    runs once per signature. A key is whatever the caller describes the inputs by (MindSpore's dtypes and shapes
+    the PyNative front plans each new input signature: all of them read this cache, so `infer(shapes, dtypes) ->
+    (output shapes, output torch dtypes, output tensor types)` runs once per signature. A key is whatever the caller describes the inputs by (MindSpore's dtypes and shapes
     as that caller sees them); errors are not cached, so a refused call raises again. Bounded: a long PyNative loop
     over a dynamic batch starts afresh after `limit` signatures.
     """

@@ -240,12 +240,12 @@ class AotOp(ops.Custom):
         flat = [None if d is None else _dtypes.element_type(d) for d in _flatten_dtypes(ms_dtypes)]
         # The key the PyNative front uses for the same inputs (front.py): one entry per signature for both paths.
         inferred = self.outputs.get(tuple(flat), None, [None if d is None else _dtypes.to_torch(d) for d in flat])
-        out = inferred.tensor_types()
+        out = inferred.tensor_types
         return out[0] if len(out) == 1 else tuple(out)
 
     def _infer_outputs(self, shapes, dtypes):
-        """(output shapes, output torch dtypes) for inputs of these shapes and torch dtypes; the shapes are None for
-        a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Called through the one
+        """(output shapes, output torch dtypes, output MindSpore tensor types) for inputs of these shapes and torch
+        dtypes; the shapes are None for a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Called through the one
         cache (`self.outputs`) by MindSpore's inference callbacks and by the PyNative front alike."""
         try:
             if isinstance(self.infer, CppInference):
@@ -254,11 +254,11 @@ class AotOp(ops.Custom):
                 if self.signature is not None:
                     self.signature.check(dtypes)
                 out_shapes, out_dtypes = self.infer(shapes, dtypes)
-            _dtypes.tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
+            tensor_types = _dtypes.tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
         except TypeError as exc:
             name = self.name_for_errors()
             raise TypeError(str(exc) if str(exc).startswith(f"{name}:") else f"{name}: {exc}") from None
-        return out_shapes, out_dtypes
+        return out_shapes, out_dtypes, tensor_types
 
     def __infer__(self, *args):
         # GRAPH_MODE reaches here without __call__: the same argument count check, before anything reads inputs.
@@ -274,7 +274,7 @@ class AotOp(ops.Custom):
         # The key the PyNative front uses for the same inputs (front.py): one entry per signature for both paths.
         key = tuple(None if d is None else (d, s) for s, d in zip(shapes, ms_dtypes))
         inferred = self.outputs.get(key, shapes, [None if d is None else _dtypes.to_torch(d) for d in ms_dtypes])
-        out_shapes, ms_dtypes = inferred.shapes, inferred.tensor_types()
+        out_shapes, ms_dtypes = inferred.shapes, inferred.tensor_types
         if len(out_shapes) == 1:
             return {"shape": list(out_shapes[0]), "dtype": ms_dtypes[0], "value": None}
         return {"shape": tuple(list(s) for s in out_shapes), "dtype": tuple(ms_dtypes), "value": None}

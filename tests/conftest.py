@@ -6,6 +6,27 @@ from support import MODE_IDS, MODES
 
 ms.set_device("CPU")
 
+# Worker processes take whole files in collection order (--dist loadfile), so a long file collected last runs
+# alone at the end while the other workers idle. These files take minutes (building a wheel and a venv, nvcc,
+# the fuzz campaign, many exports); starting them first, longest first, lets the short files fill in around them.
+LONG_FILES_FIRST = (
+    "test_wheel.py",
+    "test_cuda.py",
+    "test_zoo.py",
+    "test_fuzz.py",
+    "test_threads.py",
+    "test_conformance.py",
+    "test_transformers_use.py",
+    "test_data_parallel.py",
+    "test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
+    # sort is stable: files not listed keep their order, after the listed ones, and tests keep theirs in a file.
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(params=MODES, ids=MODE_IDS)
 def mode(request):

@@ -92,6 +92,7 @@ _LAZY = {
     "operators": (".operators", None),
     "from_torch": ("._port", "from_torch"),
     "PortError": ("._port", "PortError"),
+    "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
     "zoo": (".tools.zoo", None),
 }

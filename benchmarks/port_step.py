@@ -6,23 +6,28 @@
 The network: nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128, dropout 0) and a linear classifier
 over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is forward + backward + SGD update,
 on the same data in both frameworks. MindSpore runs it as `ms.value_and_grad` + `nn.SGD`, in PyNative and in
-GRAPH_MODE, on cells ported with `input_grads=False` (torch's step computes no gradient for the input either). In
+GRAPH_MODE, on cells ported with `input_grads=False` (torch's step computes no gradient for the input either):
+per node (fuse=False), fused (fuse=True: two program calls a step) and compiled (fuse="compile": the same two
+calls running the graphs AOTInductor compiled; the packages come from the build cache after the first run). In
 GRAPH_MODE the step is one `ms.jit` function (forward, backward and SGD in one graph), as MindSpore writes its own
-training steps; the "GRAPH, fused, 2 jit" row calls value_and_grad and the optimizer as two graphs instead. torch's intra-op threads (also used by the bridged ATen kernels, which run in this process) are set
-by --threads. Prints the median step time over the measured steps (after warm-up steps, which include GRAPH_MODE's
-compilation), the ratio to torch, the aot calls per step: per node (fuse=False: forward + backward launches of
-the generic ATen entry) or per graph (fuse=True: launches of the program entry), and for fuse=True the time spent
-inside the two program launches (the ATen work; the rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the tests'
-ResNet (torchvision's layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same
-measurement at several batch sizes, drawn as step time against batch size (log-log) into a PNG.
+training steps; the "GRAPH, fused, 2 jit" row calls value_and_grad and the optimizer as two graphs instead.
+torch's intra-op threads (also used by the bridged ATen kernels and the compiled programs, which run in this
+process) are set by --threads. Prints the median step time over the measured steps (after warm-up steps, which
+include GRAPH_MODE's compilation and torch.compile's), the ratio to torch eager ("vs torch") and to torch.compile
+("vs compile": torch's step with the model compiled by torch.compile, Inductor's defaults, the optimizer eager),
+the aot calls per step: per node (forward + backward launches of the generic ATen entry) or per graph (launches
+of the program entry), and for the fused rows the time spent inside the two program launches (the ATen work; the
+rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the tests' ResNet (torchvision's
+layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same measurement at several
+batch sizes, drawn as step time against batch size (log-log) into a PNG.
 
 The "no work" rows run the same fused step on a stand-in network that holds the same parameters and only sums them:
 what MindSpore's value_and_grad + nn.SGD and the two aot calls cost without the network's work, the floor under the
-fused rows. "torch, AOT graphs" is torch's step with the model run through the forward and
-backward graphs AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how long it ran and how long it waited runnable for a CPU: MindSpore's
-pipeline threads wait for work by spinning, which on a machine with few cores takes the CPU from the thread that
-runs the kernels. `--dispatch-threads N` sets `ms.runtime.dispatch_threads_num(N)` first (MindSpore's default is 5,
-capped at the core count).
+fused rows. "torch, AOT graphs" is torch's step with the model run through the forward and backward graphs
+AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how
+long it ran and how long it waited runnable for a CPU: MindSpore's pipeline threads wait for work by spinning,
+which on a machine with few cores takes the CPU from the thread that runs the kernels. `--dispatch-threads N` sets
+`ms.runtime.dispatch_threads_num(N)` first (MindSpore's default is 5, capped at the core count).
 """
 from __future__ import annotations
 
@@ -80,6 +85,12 @@ def torch_aot_steps(model, batches):
 
     wrapped = aot_module(model, fw_compiler=eager, bw_compiler=eager, partition_fn=default_partition)
     return torch_steps(wrapped, batches)
+
+
+def torch_compiled_steps(model, batches):
+    """torch_steps with the model compiled by torch.compile (Inductor, its default settings): torch's own way of
+    running fused kernels. The first steps compile (within the warm-up)."""
+    return torch_steps(torch.compile(model), batches)
 
 
 def thread_clock() -> dict[str, tuple[int, int]]:
@@ -179,12 +190,12 @@ def measure(model, batches, with_floor=False):
     """name -> (step times, last loss, aot calls per step, seconds inside programs per step, thread times).
     `with_floor`: also torch running AOTAutograd's graphs, and the fused ParameterSums rows (the floor)."""
     results = {"torch eager": torch_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})}
+    results["torch.compile"] = torch_compiled_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
     if with_floor:
         results["torch, AOT graphs"] = torch_aot_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
     for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
-        for fuse in (False, True):
-            name = f"{mode_name}, {'fused' if fuse else 'per node'}"
-            results[name] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
+        for fuse, label in ((False, "per node"), (True, "fused"), ("compile", "compiled")):
+            results[f"{mode_name}, {label}"] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
     if with_floor:
         results["GRAPH, fused, 2 jit"] = mindspore_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE, True,
                                                               separate_optimizer=True)
@@ -259,13 +270,16 @@ def main(argv=None):
     print(f"{described}, batch {batch}: median of {options.steps} training steps after {WARMUP} warm-up steps")
     results = measure(model, data(WARMUP + options.steps, (batch, *shape), classes), with_floor=True)
     base = statistics.median(results["torch eager"][0][WARMUP:])
-    print(f"{'':<20} {'step':>10} {'vs torch':>9} {'aot calls/step':>15} {'in programs':>12} {'last loss':>10}")
+    compiled = statistics.median(results["torch.compile"][0][WARMUP:])
+    print(f"{'':<22} {'step':>10} {'vs torch':>9} {'vs compile':>10} {'aot calls/step':>15} {'in programs':>12} "
+          f"{'last loss':>10}")
     for name, (times, loss, (forward, backward, programs), in_programs, _threads) in results.items():
         median = statistics.median(times[WARMUP:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
         shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the "no work" rows' loss is not the network's
-        print(f"{name:<20} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {calls:>15} {inside:>12} {shown_loss:>10}")
+        print(f"{name:<22} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {median / compiled:>9.2f}x {calls:>15} "
+              f"{inside:>12} {shown_loss:>10}")
     if options.per_step:
         print("every measured step (ms):")
         for name, (times, *_rest) in results.items():

@@ -31,7 +31,7 @@ __all__ = ["from_torch", "PortError", "PortedCell"]
 
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
                kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
-               fuse: bool = False, input_grads: bool = True) -> PortedCell:
+               fuse: bool | str = False, input_grads: bool = True) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
     - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
@@ -54,6 +54,14 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     - `fuse=True`: the whole forward graph runs as ONE aot call and its backward (from torch's AOTAutograd) as
       one more, instead of one call per node: MindSpore's per-call dispatch is paid twice per training step.
       Also with dynamic_batch/dynamic_shapes (sizes are computed from the input shapes at run time).
+    - `fuse="compile"`: as fuse=True, with the graphs compiled ahead of time by torch's Inductor (AOTInductor) into
+      fused CPU loops, run from C++ with no Python: the forward and backward of training when the cell first runs
+      in training mode (here, if the module is training), the evaluation graph when it first runs in evaluation
+      mode (set_train(False)). Compiling takes seconds to a minute per graph, once: packages are kept in the
+      build cache (AOT_OPS_CACHE), keyed by the graph, torch, Inductor's settings, the thread count
+      (torch.get_num_threads() at that time: the compiled loops keep it) and the compiler. A graph that does not
+      compile runs interpreted, with a CompileFallbackWarning saying why. Static shapes only (dynamic_batch and
+      dynamic_shapes are refused).
     - `input_grads=False`: the inputs are constants to autodiff (ops.stop_gradient: a gradient asked for them is
       zero), as in torch for inputs that do not require grad, and the fused backward does not compute them (the
       first convolution's input gradient cost a ported ResNet's step 1 ms). The default, True, gives every floating
@@ -70,6 +78,12 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     tensor_kwargs, fixed_kwargs = _split_kwargs(kwargs or {})
     if dynamic_batch and dynamic_shapes is not None:
         raise TypeError("from_torch: give dynamic_batch or dynamic_shapes, not both")
+    if fuse not in (False, True, "compile"):
+        raise ValueError(f"from_torch: fuse={fuse!r}; give False (one aot call per node), True (one per graph) or "
+                         "'compile' (one per graph, compiled by torch's Inductor)")
+    if fuse == "compile" and (dynamic_batch or dynamic_shapes is not None):
+        raise PortError("from_torch: fuse='compile' needs static shapes (AOTInductor compiles for the example's "
+                        "sizes): port with fuse=True for dynamic_batch/dynamic_shapes, or port each size you need")
     if dynamic_batch:
         dynamic_shapes = _batch_dimensions(model, args, tensor_kwargs)
     name = type(model).__name__
@@ -111,7 +125,7 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
         training=model.training,
         refused_training=refused_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
-        fused=fused)
+        fused=fused, compile_programs=fuse == "compile")
     cell = cls(spec)
     cell.source_file = str(path)
     return cell

@@ -54,6 +54,7 @@ class PortSpec:
     refused_training: str | None = None        # why the training graph cannot run (dropout with p > 0)
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
+    compile_programs: bool = False             # fuse="compile": compile the programs a mode runs, on first use
 
 
 class IncompatibleKeys(NamedTuple):
@@ -130,6 +131,8 @@ class PortedCell(nn.Cell):
         for name, tensor in spec.constants.items():
             setattr(self, f"const_{name}", to_ms(tensor))
         self.assign = ops.Assign()
+        if spec.compile_programs:
+            self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():
             setattr(self, f"ops_{mode}", operators)
         super().set_train(spec.training)
@@ -145,6 +148,8 @@ class PortedCell(nn.Cell):
                 self._flat_twin.set_inputs(*dynamic)
 
     def __call__(self, *args, **kwargs):
+        if self._spec.compile_programs and self._compile_programs(self.training):
+            self._rebuild_operators()  # switched mode through a parent's set_train
         args = self._positional(args, kwargs)
         self._check_inputs(args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
@@ -265,7 +270,26 @@ class PortedCell(nn.Cell):
     def set_train(self, mode: bool = True):
         if mode and self._spec.refused_training:
             raise PortError(self._spec.refused_training)
+        if self._spec.compile_programs and self._compile_programs(mode):
+            self._rebuild_operators()
         return super().set_train(mode)
+
+    # ---- fuse="compile" ----------------------------------------------------------------------------------------
+
+    def _compile_programs(self, training: bool) -> bool:
+        """Compiles what the cell runs in that mode, once (compiled.py): a training step's forward and backward
+        programs, or evaluation's inference program. Each graph is compiled when first needed, as compiling takes
+        seconds. True if a program changed (the operators must then be rebuilt)."""
+        fused = self._spec.fused
+        mode = ("train" if training else "eval") if ("train" if training else "eval") in fused else "both"
+        if mode not in fused:
+            return False
+        return fused[mode].compile(("forward", "backward") if training else ("inference",))
+
+    def _rebuild_operators(self) -> None:
+        for mode, operators in self.make_operators().items():
+            setattr(self, f"ops_{mode}", operators)
+        self._forget_compiled_graphs()  # GRAPH_MODE compiles the graphs again, with the new operators
 
     # ---- weights both ways -------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
+from .compiled import GraphSource, compiled_or_interpreted
 from .errors import PortError
 from .graph import Graph, bind_symbols, has_symbols, read_module
 from .program import Program, build
@@ -47,6 +48,23 @@ class FusedGraph:
     # tensors for its 2 outputs).
     inference: Program | None = None
     inference_inputs: list[tuple[str, str]] = field(default_factory=list)  # as `inputs`, for `inference`
+    # Each program's graph as a torch module, for fuse="compile" (compiled.py): "forward", "backward", "inference".
+    sources: dict[str, GraphSource] = field(default_factory=dict, repr=False)
+    compile_tried: set[str] = field(default_factory=set)
+
+    def compile(self, which: tuple[str, ...]) -> bool:
+        """Replaces the programs named in `which` by compiled ones (fuse="compile"), each tried once; one that does
+        not compile stays interpreted, with a CompileFallbackWarning. True if a program was replaced."""
+        replaced = False
+        for name in which:
+            program = getattr(self, name)
+            if program is None or name in self.compile_tried or name not in self.sources:
+                continue
+            self.compile_tried.add(name)
+            compiled = compiled_or_interpreted(program, self.sources[name])
+            setattr(self, name, compiled)
+            replaced = replaced or compiled is not program
+        return replaced
 
 
 def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: tuple, label: str,
@@ -97,6 +115,8 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     f_inputs = fnames + list(fgraph.constants)
     f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in fnames]
     forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
+    f_picks = list(range(num_real)) + [k for k, n in enumerate(fouts) if k >= num_real and n in saved_names
+                                       and n not in fnames]
 
     specs = program.graph_signature.input_specs
     inputs = [_input_kind(spec) for spec in specs] + [("constant", f"f_{n}") for n in fgraph.constants]
@@ -108,6 +128,8 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     buffer_updates = [(spec.target, k) for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
     user_outputs = [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
     fused = FusedGraph(forward, None, inputs, constants, buffer_updates, user_outputs)
+    fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
+                                           _examples(nodes, fnames, fgraph.constants))
     _add_inference(fused, program, graph, label)
     if "backward" not in captured:
         return fused
@@ -123,6 +145,9 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     b_inputs = bnames + list(bgraph.constants)
     backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs, bnames))
     fused.backward = backward
+    fused.sources["backward"] = GraphSource(captured["backward"], len(bnames),
+                                            [k for k, n in enumerate(bouts) if n is not None],
+                                            _examples(bnodes, bnames, bgraph.constants))
     fused.saved = [("input", fnames.index(n)) if n in fnames else ("output", f_outputs.index(n)) for n in saved_names]
     fused.tangents = differentiable
     fused.constants.update({f"b_{n}": t for n, t in bgraph.constants.items()})
@@ -153,6 +178,9 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     nodes = {n.name: n for n in program.graph.nodes}
     fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
     fused.inference_inputs = kinds
+    folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
+    fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), list(range(len(outputs))),
+                                             _examples(nodes, placeholders, folded))
 
 
 def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -235,6 +263,12 @@ def _fake_mode(values):
 def _tracing_mode(flat):
     """Symbolic example values are traced inside their fake mode (the backward's ones_like included)."""
     return _fake_mode(flat) if any(has_symbols(v.shape) for v in flat) else contextlib.nullcontext()
+
+
+def _examples(nodes: dict, placeholders: list[str], constants: dict[str, torch.Tensor]) -> list:
+    """(shape, dtype) of each program input: the graph's placeholders, then the constants it was given."""
+    values = [nodes[name].meta.get("val") for name in placeholders] + list(constants.values())
+    return [(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else ((), None) for v in values]
 
 
 def _shapes(nodes: dict, names: list[str], inputs: list[str]) -> tuple[list, list]:

@@ -13,6 +13,10 @@
 //                                   shape inference (also with a dynamic batch in GRAPH_MODE)
 //   program_nodes        str        the nodes' attributes below, packed (ms_ext::Attrs::unpack): MindSpore converts
 //                                   each attribute on every PyNative call, and a program has over a thousand
+//   program_package      str        instead of the nodes (fuse="compile"): the folder of an unpacked AOTInductor
+//                                   package computing the outputs from the inputs (aot_ops/_port/compiled.py)
+//   program_input_shapes int list   with a package: each input's rank then its sizes, as compiled
+//   program_input_dtypes str        with a package: each input's dtype (MindSpore's names), comma-separated
 // and packed in program_nodes:
 //   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
 //                        aten_arg_<i>, ...), plus
@@ -34,6 +38,7 @@
 #include <vector>
 
 #include <ms_ext/ms_ext.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include "aten_plan.h"
 
@@ -64,6 +69,58 @@ struct ProgramNode {
   }
 };
 
+// A program compiled by AOTInductor: its generated code computes every output at once. That code trusts its
+// inputs to be what it was compiled for (it indexes them with fixed sizes), so each launch checks them first.
+struct CompiledBody {
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  size_t num_outputs;
+  std::vector<ms_ext::Shape> shapes;
+  std::vector<at::ScalarType> dtypes;
+
+  CompiledBody(const ms_ext::Attrs &attrs, size_t outputs) : num_outputs(outputs) {
+    const std::vector<int64_t> flat = attrs.get<std::vector<int64_t>>("program_input_shapes");
+    for (size_t k = 0; k < flat.size();) {
+      const int64_t rank = flat[k++];
+      if (rank < 0 || k + static_cast<size_t>(rank) > flat.size())
+        throw std::invalid_argument("program_input_shapes is malformed");
+      shapes.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(k), flat.begin() + static_cast<std::ptrdiff_t>(k + rank));
+      k += static_cast<size_t>(rank);
+    }
+    const std::string names = attrs.get<std::string>("program_input_dtypes");
+    for (size_t start = 0; start <= names.size();) {
+      size_t end = names.find(',', start);
+      if (end == std::string::npos) end = names.size();
+      if (end > start) dtypes.push_back(ms_ext::scalar_type_from_ms(names.substr(start, end - start).c_str()));
+      start = end + 1;
+    }
+    if (dtypes.size() != shapes.size())
+      throw std::invalid_argument(std::to_string(shapes.size()) + " input shapes for " + std::to_string(dtypes.size()) +
+                                  " input dtypes");
+    // A folder is loaded in place (a .pt2 archive would be unpacked to a temporary folder in every process).
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(attrs.get<std::string>("program_package"));
+  }
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
+    if (inputs.size() != shapes.size())
+      throw std::invalid_argument(std::to_string(inputs.size()) + " inputs, the compiled program takes " +
+                                  std::to_string(shapes.size()));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor &t = inputs[i];
+      if (t.sizes() != c10::IntArrayRef(shapes[i]) || t.scalar_type() != dtypes[i] || !t.is_contiguous())
+        throw std::invalid_argument("input " + std::to_string(i) + " is " + std::string(c10::toString(t.scalar_type())) +
+                                    " of shape " + c10::str(t.sizes()) + (t.is_contiguous() ? "" : " (not contiguous)") +
+                                    "; the program was compiled for " + c10::toString(dtypes[i]) + " of shape " +
+                                    c10::str(c10::IntArrayRef(shapes[i])));
+    }
+    c10::InferenceMode inference;
+    std::vector<at::Tensor> results = loader->run(inputs);
+    if (results.size() != num_outputs)
+      throw std::logic_error("the compiled program returned " + std::to_string(results.size()) + " tensors for " +
+                             std::to_string(num_outputs) + " outputs");
+    return results;
+  }
+};
+
 struct Program {
   std::string name;
   int num_inputs = 0;
@@ -71,10 +128,20 @@ struct Program {
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
   std::vector<int64_t> outputs;
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
+  std::unique_ptr<const CompiledBody> compiled;  // program_package: runs instead of the nodes
 
   explicit Program(const ms_ext::Attrs &attrs)
       : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
         outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
+    if (attrs.has("program_package")) {
+      try {
+        compiled = std::make_unique<const CompiledBody>(attrs, outputs.size());
+      } catch (...) {
+        throw std::runtime_error("cannot load the compiled package " + attrs.get<std::string>("program_package") +
+                                 ": " + ms_ext::detail::describe_current_exception());
+      }
+      return;
+    }
     num_slots = num_inputs;
     const int64_t count = attrs.get<int64_t>("program_num_nodes");
     const ms_ext::Attrs packed = ms_ext::Attrs::unpack(attrs.get<std::string>("program_nodes"));
@@ -100,6 +167,7 @@ struct Program {
 
   // Runs every node; the results of the output slots, in order.
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
+    if (compiled) return compiled->run(inputs);
     // No tensor of a program outlives its launch (results are copied into MindSpore's buffers), so the dispatcher
     // may skip autograd and view tracking for every node.
     c10::InferenceMode inference;

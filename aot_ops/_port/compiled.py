@@ -1,0 +1,260 @@
+"""from_torch(..., fuse="compile"): the fused programs compiled ahead of time by torch's own compiler.
+
+fuse=True interprets AOTAutograd's graphs one ATen call at a time; torch runs those graphs slower than its eager
+step, because they make more calls. Inductor fuses them into fewer loops, and AOTInductor packages the result as
+a shared library that runs with no Python. Each graph a ported cell runs is exported as a module that takes every
+program input (the weights included: they stay MindSpore Parameters, nothing is baked in) and compiled for the
+CPU; the program entry (kernels/aten/generic/program.cpp) loads the package once per process and runs it on
+MindSpore's buffers. Shapes, dtypes, saved tensors and the cell's wiring are the interpreted program's, so a
+compiled program replaces an interpreted one one for one, and a graph that does not compile keeps its interpreted
+program, with a CompileFallbackWarning naming why (never a different result).
+
+Which graphs: in training mode the forward and backward programs, in evaluation mode the inference program (a
+mode whose graph is the same in both gets all three). The gradient of an evaluation-mode cell runs its
+interpreted programs: compiling each takes seconds to tens of seconds, and that case is rare.
+
+Packages live in the build cache, under compiled/<key>/, where the key covers the graph (its code, its constant
+tensors, its inputs' shapes and dtypes, the outputs taken), torch's version, Inductor's settings, the thread count
+and the compiler's name. The compiler's identity (path, size, mtime) is recorded when compiling: when it has
+changed the package is rebuilt, and when there is no compiler at all a package already built is loaded.
+
+Threads: Inductor fixes the thread count of its parallel loops when it compiles, to torch.get_num_threads() at
+that time (part of the key): call torch.set_num_threads before from_torch. The ATen calls the compiled code
+makes (matrix products) use torch's thread count at run time, as every bridged call does.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+import torch
+
+from .._build import cache, private
+from .._build.lock import BuildLock
+from .._build.progress import progress
+from .._core import dtypes
+from .program import Program
+
+# Bumped when what a package holds or how it is made changes, so older packages are not loaded.
+FORMAT = 1
+# Inductor settings of every compile (part of the key).
+INDUCTOR_CONFIGS: dict = {}
+
+
+class CompileFallbackWarning(UserWarning):
+    """A graph of a cell ported with fuse="compile" did not compile and runs interpreted (as fuse=True)."""
+
+
+@dataclass
+class GraphSource:
+    """What a program computes, as a torch module to compile: `module` takes the program's first `num_used`
+    inputs (the rest are constants the interpreted program reads and the module holds itself) and returns a
+    tuple, of which the program's outputs are the entries at `picks`. `inputs`: the shape and dtype of every
+    program input (MindSpore passes them contiguous)."""
+
+    module: torch.fx.GraphModule
+    num_used: int
+    picks: list[int]
+    inputs: list[tuple[tuple[int, ...], torch.dtype]]
+
+
+class _Program(torch.nn.Module):
+    """The module torch.export sees: the program's inputs in, the program's outputs out."""
+
+    def __init__(self, source: GraphSource):
+        super().__init__()
+        self.graph = source.module
+        self.num_used = source.num_used
+        self.picks = list(source.picks)
+
+    def forward(self, *inputs):
+        outs = self.graph(*inputs[:self.num_used])
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        return tuple(outs[k] for k in self.picks)
+
+
+def compile_program(program: Program, source: GraphSource) -> Program:
+    """`program` with its body replaced by an AOTInductor package (compiled, or found in the cache). Raises on
+    any failure."""
+    name = program.attrs["program_name"]
+    if len(source.inputs) != program.num_inputs:
+        raise ValueError(f"{name}: {len(source.inputs)} example inputs for {program.num_inputs} program inputs")
+    if any(dtype is None for _shape, dtype in source.inputs):
+        raise ValueError(f"{name}: an input of the graph is not a tensor")
+    examples = tuple(torch.zeros(shape, dtype=dtype) for shape, dtype in source.inputs)
+    key = _key(source, examples)
+    package = _package(key, name, source, examples)
+    attrs = {k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes", "program_key")}
+    attrs["program_package"] = str(package)
+    attrs["program_input_shapes"] = [n for shape, _ in source.inputs for n in (len(shape), *shape)]
+    attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
+    attrs["program_key"] = hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()
+    return Program(attrs, program.num_inputs, list(program.out_dtypes))
+
+
+def compiled_or_interpreted(program: Program, source: GraphSource) -> Program:
+    """compile_program, or `program` itself with a CompileFallbackWarning when it cannot be compiled."""
+    try:
+        return compile_program(program, source)
+    except Exception as exc:  # noqa: BLE001 - any failure of export or Inductor: the interpreted program runs
+        reason = f"{type(exc).__name__}: {_first_lines(str(exc))}"
+        warnings.warn(f"{program.attrs['program_name']}: not compiled, runs interpreted (as fuse=True): {reason}",
+                      CompileFallbackWarning, stacklevel=4)
+        return program
+
+
+def is_compiled(program: Program) -> bool:
+    return "program_package" in program.attrs
+
+
+def compiler() -> str:
+    """The C++ compiler Inductor calls ($CXX when torch was imported, else g++)."""
+    from torch._inductor import config
+
+    names = config.cpp.cxx if isinstance(config.cpp.cxx, (tuple, list)) else (config.cpp.cxx,)
+    return next((n for n in reversed(names) if n), "g++")
+
+
+# ---- the cache ------------------------------------------------------------------------------------------------
+
+def _key(source: GraphSource, examples: tuple[torch.Tensor, ...]) -> str:
+    from torch._inductor.utils import parallel_num_threads
+
+    digest = hashlib.sha256()
+    code = "\n".join(line for line in source.module.code.splitlines() if not line.strip().startswith("#"))
+    description = dict(format=FORMAT, code=code, used=source.num_used, picks=source.picks,
+                       inputs=[(tuple(e.shape), str(e.dtype)) for e in examples], torch=torch.__version__,
+                       configs=sorted(INDUCTOR_CONFIGS.items()), threads=parallel_num_threads(), compiler=compiler(),
+                       cxxflags=os.environ.get("CXXFLAGS", ""), inductor=_inductor_settings(), cpu=_cpu())
+    digest.update(json.dumps(description, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(_module_tensors(source.module).items()):
+        digest.update(name.encode() + b"\0" + str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()[:cache.KEY_LENGTH * 2]
+
+
+def _cpu() -> str:
+    """The processor the code is compiled for: Inductor compiles with -march=native, so a package built on one
+    CPU model may not run on another (a cache folder shared between machines)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return platform.machine()
+    keep = {"model name", "flags", "vendor_id", "cpu family", "model"}
+    first = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name.strip() in keep:
+            first.setdefault(name.strip(), value.strip())
+    return platform.machine() + ":" + hashlib.sha256(repr(sorted(first.items())).encode()).hexdigest()[:16]
+
+
+def _inductor_settings() -> str:
+    """Inductor's configuration as torch's own cache keys it (its portable part: no process-specific values)."""
+    from torch._inductor import config
+
+    try:
+        settings = dict(config.save_config_portable())
+    except Exception:  # noqa: BLE001 - an older or newer torch: the version in the key covers its defaults
+        return ""
+    # Inductor fills this dict in place during a compile (the platform and ISA it compiled for), so it would
+    # differ between a process that compiled and one that did not.
+    settings.pop("aot_inductor.metadata", None)
+    return json.dumps(settings, sort_keys=True, default=repr)
+
+
+def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    found = dict(module.named_buffers())
+    found.update(dict(module.named_parameters()))
+    for node in getattr(module, "graph", None).nodes if hasattr(module, "graph") else ():
+        if node.op == "get_attr":
+            value = module
+            for part in str(node.target).split("."):
+                value = getattr(value, part, None)
+            if isinstance(value, torch.Tensor):
+                found[str(node.target)] = value
+    return found
+
+
+def _package(key: str, name: str, source: GraphSource, examples: tuple) -> Path:
+    """The folder of the unpacked package for `key`: the cached one, else compiled now (one compiler per key
+    across processes)."""
+    root = private.private_dir(cache.private_root() / "compiled")
+    folder = root / key
+    with BuildLock(root / f"{key}.lock", f"the compiled program {name}"):
+        found = _cached(folder)
+        if found is not None:
+            return found
+        return _compile(folder, name, source, examples)
+
+
+def _cached(folder: Path) -> Path | None:
+    entry = cache.read_own_json(folder / "entry.json") if folder.is_dir() else None
+    if entry is None or entry.get("format") != FORMAT:
+        return None
+    available = shutil.which(compiler())
+    if available and entry.get("compiler_identity") != cache.tool_identity(compiler()):
+        return None  # another compiler, or another build of it, since: rebuilt
+    package = folder / "package"
+    for relative, sha256 in entry["files"].items():
+        private.check_published(package / relative, sha256)
+    return package
+
+
+def _compile(folder: Path, name: str, source: GraphSource, examples: tuple) -> Path:
+    from torch._inductor import aoti_compile_and_package
+
+    start = time.monotonic()
+    with progress(f"{name} with AOTInductor", show_after=0.0, every=10.0), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations inside export and Inductor
+        exported = torch.export.export(_Program(source), examples, strict=False)
+        with tempfile.TemporaryDirectory(prefix="aoti_", dir=folder.parent) as scratch:
+            archive = Path(scratch) / "model.pt2"
+            with _quiet_inductor():
+                aoti_compile_and_package(exported, package_path=str(archive), inductor_configs=dict(INDUCTOR_CONFIGS))
+            staging = Path(scratch) / "package"
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(staging)
+            files = {str(p.relative_to(staging)): private.file_sha256(p) for p in sorted(staging.rglob("*"))
+                     if p.is_file()}
+            for path in staging.rglob("*"):
+                os.chmod(path, 0o700 if path.is_dir() or os.access(path, os.X_OK) else 0o600)
+            if folder.exists():
+                shutil.rmtree(folder)
+            private.private_dir(folder)
+            os.replace(staging, folder / "package")
+    entry = dict(format=FORMAT, program=name, files=files, compile_seconds=round(time.monotonic() - start, 2),
+                 compiler=compiler(), compiler_identity=cache.tool_identity(compiler()), torch=torch.__version__)
+    cache.write_json_atomically(folder / "entry.json", entry)
+    return folder / "package"
+
+
+@contextlib.contextmanager
+def _quiet_inductor():
+    """Inductor's own progress bars and info logs are not the user's business; errors still raise."""
+    import logging
+
+    logger = logging.getLogger("torch._inductor")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _first_lines(text: str, count: int = 3) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    shown = " | ".join(lines[:count])
+    return shown + (" ..." if len(lines) > count else "")

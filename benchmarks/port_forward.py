@@ -1,0 +1,96 @@
+"""Evaluation forward time of a PyTorch network ported with aot_ops.from_torch, against torch (CPU).
+
+    .venv/bin/python benchmarks/port_forward.py [--threads 1] [--calls 200] [--net transformer|resnet]
+                                               [--batches 1,32]
+
+The networks are port_step.py's (the TransformerEncoderLayer classifier, sequence 16, d_model 64; the tests'
+ResNet at 3x64x64), in evaluation mode, without the loss. Per batch size: torch eager under torch.no_grad(),
+torch.compile (Inductor's defaults) of the same module, and the ported cell fused (fuse=True: one program call)
+and compiled (fuse="compile": the evaluation graph compiled by AOTInductor), called from Python in PyNative and in
+GRAPH_MODE (the cell's construct compiled by MindSpore). Each call waits for its result (asnumpy / the torch
+tensor). Prints the median over the measured calls after warm-up calls, and the ratio to torch eager measured in
+the same run. torch's intra-op threads (also those of the bridged kernels and the compiled programs) are set by
+--threads.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+import mindspore as ms
+import torch
+
+import aot_ops
+from aot_ops._core.convert import to_ms
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from port_step import network  # noqa: E402
+
+WARMUP = 30
+
+
+def median_ms(call, inputs, calls):
+    times = []
+    for k in range(WARMUP + calls):
+        start = time.perf_counter()
+        call(inputs[k % len(inputs)])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[WARMUP:]) * 1e3
+
+
+def torch_call(model):
+    def call(x):
+        with torch.no_grad():
+            return model(x)
+    return call
+
+
+def ported_call(model, example, mode, fuse):
+    ms.set_context(mode=mode)
+    cell = aot_ops.from_torch(model, (example,), fuse=fuse)
+    cell.set_train(False)
+    return lambda x: cell(x).asnumpy()
+
+
+def measure(model, shape, batch, calls):
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(batch, *shape, generator=gen) for _ in range(4)]
+    xs_ms = [to_ms(x) for x in xs]
+    rows = {"torch eager": median_ms(torch_call(model), xs, calls),
+            "torch.compile": median_ms(torch_call(torch.compile(copy.deepcopy(model))), xs, calls)}
+    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
+        for fuse, label in ((True, "fused"), ("compile", "compiled")):
+            rows[f"{mode_name}, {label}"] = median_ms(ported_call(copy.deepcopy(model), xs[0], mode, fuse), xs_ms,
+                                                      calls)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--calls", type=int, default=200, help=f"measured calls (after {WARMUP} warm-up calls)")
+    parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
+    parser.add_argument("--batches", default="1,32", help="batch sizes (default 1,32)")
+    options = parser.parse_args(argv)
+    torch.set_num_threads(options.threads)
+    ms.set_device("CPU")
+    with_loss, shape, _classes, described = network(options.net)
+    model = with_loss.model.eval()
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"{described}, evaluation forward: median of {options.calls} calls after {WARMUP} warm-up calls")
+    for batch in (int(b) for b in options.batches.split(",")):
+        rows = measure(model, shape, batch, options.calls)
+        base = rows["torch eager"]
+        print(f"batch {batch}:")
+        for name, value in rows.items():
+            print(f"  {name:<22} {value:>8.3f} ms {value / base:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -8,8 +8,10 @@ ResNet at 3x64x64), in evaluation mode, without the loss. Per batch size: torch 
 torch.compile (Inductor's defaults) of the same module, and the ported cell fused (fuse=True: one program call)
 and compiled (fuse="compile": the evaluation graph compiled by AOTInductor), called from Python in PyNative and in
 GRAPH_MODE (the cell's construct compiled by MindSpore). Each call waits for its result (asnumpy / the torch
-tensor). Prints the median over the measured calls after warm-up calls, and the ratio to torch eager measured in
-the same run. torch's intra-op threads (also those of the bridged kernels and the compiled programs) are set by
+tensor). Prints the median over the measured calls after warm-up calls, the ratio to torch eager measured in the
+same run, and the median time inside the program launch (`aot_ops.program_seconds()`: the network's own work,
+the rest is MindSpore's). The "no work" rows are the floor: a stand-in with the same parameters and input that
+only sums them, ported with fuse=True, i.e. what MindSpore's call of one program costs before any work. torch's intra-op threads (also those of the bridged kernels and the compiled programs) are set by
 --threads.
 """
 from __future__ import annotations
@@ -34,12 +36,27 @@ WARMUP = 30
 
 
 def median_ms(call, inputs, calls):
-    times = []
+    """(median ms per call, median ms per call inside program launches) over the measured calls."""
+    times, inside = [], []
     for k in range(WARMUP + calls):
+        programs = aot_ops.program_seconds()
         start = time.perf_counter()
         call(inputs[k % len(inputs)])
         times.append(time.perf_counter() - start)
-    return statistics.median(times[WARMUP:]) * 1e3
+        inside.append(aot_ops.program_seconds() - programs)
+    return statistics.median(times[WARMUP:]) * 1e3, statistics.median(inside[WARMUP:]) * 1e3
+
+
+class ParameterSums(torch.nn.Module):
+    """A stand-in with the same parameters and input whose output only sums them: ported with fuse=True, a call
+    costs what MindSpore's call of one program with these inputs costs without the network's work (the floor)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(p.detach().clone()) for p in model.parameters()])
+
+    def forward(self, x):
+        return x.sum() + sum(weight.sum() for weight in self.weights)
 
 
 def torch_call(model):
@@ -66,6 +83,8 @@ def measure(model, shape, batch, calls):
         for fuse, label in ((True, "fused"), ("compile", "compiled")):
             rows[f"{mode_name}, {label}"] = median_ms(ported_call(copy.deepcopy(model), xs[0], mode, fuse), xs_ms,
                                                       calls)
+        rows[f"{mode_name}, no work"] = median_ms(ported_call(ParameterSums(model).eval(), xs[0], mode, True), xs_ms,
+                                                  calls)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     return rows
 
@@ -86,10 +105,11 @@ def main(argv=None):
     print(f"{described}, evaluation forward: median of {options.calls} calls after {WARMUP} warm-up calls")
     for batch in (int(b) for b in options.batches.split(",")):
         rows = measure(model, shape, batch, options.calls)
-        base = rows["torch eager"]
-        print(f"batch {batch}:")
-        for name, value in rows.items():
-            print(f"  {name:<22} {value:>8.3f} ms {value / base:>7.2f}x")
+        base = rows["torch eager"][0]
+        print(f"batch {batch}:{'call':>30} {'vs torch':>9} {'in program':>11}")
+        for name, (value, inside) in rows.items():
+            shown = f"{inside:.3f} ms" if inside else "-"
+            print(f"  {name:<22} {value:>8.3f} ms {value / base:>8.2f}x {shown:>11}")
 
 
 if __name__ == "__main__":

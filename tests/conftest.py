@@ -8,7 +8,8 @@ ms.set_device("CPU")
 
 # Worker processes take whole files in collection order (--dist loadfile), so a long file collected last runs
 # alone at the end while the other workers idle. These files take minutes (building a wheel and a venv, nvcc,
-# the fuzz campaign, many exports, AOTInductor compiling); starting them first, longest first, lets the short files fill in around them.
+# the fuzz campaign, many exports, AOTInductor compiling); starting them first, longest first, lets the short
+# files fill in around them.
 LONG_FILES_FIRST = (
     "test_compiled.py",
     "test_wheel.py",

@@ -203,7 +203,9 @@ def test_every_exception_class_of_the_package_derives_from_aot_ops_error():
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name):
+            # Warning categories are not errors (CompileFallbackWarning: a graph runs interpreted, not a failure).
+            if (inspect.isclass(value) and issubclass(value, BaseException) and not issubclass(value, Warning)
+                    and value.__module__ == info.name):
                 found[f"{info.name}.{name}"] = value
     assert len(found) >= 14, sorted(found)
     outside = sorted(name for name, cls in found.items() if not issubclass(cls, aot_ops.Error))

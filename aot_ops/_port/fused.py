@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
-from .compiled import GraphSource, compiled_or_interpreted
+from .compiled import TRAINING_CONFIGS, GraphSource, compiled_or_interpreted
 from .errors import PortError
 from .graph import Graph, bind_symbols, has_symbols, read_module
 from .program import Program, build
@@ -129,7 +129,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     user_outputs = [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
     fused = FusedGraph(forward, None, inputs, constants, buffer_updates, user_outputs)
     fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
-                                           _examples(nodes, fnames, fgraph.constants))
+                                           _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
     _add_inference(fused, program, graph, label)
     if "backward" not in captured:
         return fused
@@ -147,7 +147,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     fused.backward = backward
     fused.sources["backward"] = GraphSource(captured["backward"], len(bnames),
                                             [k for k, n in enumerate(bouts) if n is not None],
-                                            _examples(bnodes, bnames, bgraph.constants))
+                                            _examples(bnodes, bnames, bgraph.constants), TRAINING_CONFIGS)
     fused.saved = [("input", fnames.index(n)) if n in fnames else ("output", f_outputs.index(n)) for n in saved_names]
     fused.tangents = differentiable
     fused.constants.update({f"b_{n}": t for n, t in bgraph.constants.items()})

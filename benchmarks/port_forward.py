@@ -77,8 +77,9 @@ def measure(model, shape, batch, calls):
     gen = torch.Generator().manual_seed(0)
     xs = [torch.randn(batch, *shape, generator=gen) for _ in range(4)]
     xs_ms = [to_ms(x) for x in xs]
-    rows = {"torch eager": median_ms(torch_call(model), xs, calls),
-            "torch.compile": median_ms(torch_call(torch.compile(copy.deepcopy(model))), xs, calls)}
+    rows = {"torch eager": median_ms(torch_call(model), xs, calls)}
+    torch._dynamo.reset()  # a fresh start: Dynamo would otherwise compile a second batch size with dynamic shapes
+    rows["torch.compile"] = median_ms(torch_call(torch.compile(copy.deepcopy(model))), xs, calls)
     for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
         for fuse, label in ((True, "fused"), ("compile", "compiled")):
             rows[f"{mode_name}, {label}"] = median_ms(ported_call(copy.deepcopy(model), xs[0], mode, fuse), xs_ms,

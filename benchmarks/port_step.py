@@ -90,6 +90,7 @@ def torch_aot_steps(model, batches):
 def torch_compiled_steps(model, batches):
     """torch_steps with the model compiled by torch.compile (Inductor, its default settings): torch's own way of
     running fused kernels. The first steps compile (within the warm-up)."""
+    torch._dynamo.reset()  # a fresh start: Dynamo would otherwise compile a second batch size with dynamic shapes
     return torch_steps(torch.compile(model), batches)
 
 

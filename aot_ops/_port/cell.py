@@ -281,7 +281,8 @@ class PortedCell(nn.Cell):
         programs, or evaluation's inference program. Each graph is compiled when first needed, as compiling takes
         seconds. True if a program changed (the operators must then be rebuilt)."""
         fused = self._spec.fused
-        mode = ("train" if training else "eval") if ("train" if training else "eval") in fused else "both"
+        mode = "train" if training else "eval"
+        mode = mode if mode in fused else "both"
         if mode not in fused:
             return False
         return fused[mode].compile(("forward", "backward") if training else ("inference",))

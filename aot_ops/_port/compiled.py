@@ -35,13 +35,14 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import torch
 
 from .._build import cache, private
 from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
-from .program import Program
+from .program import Program, with_key
 
 # Bumped when what a package holds or how it is made changes, so older packages are not loaded.
 FORMAT = 1
@@ -97,12 +98,11 @@ def compile_program(program: Program, source: GraphSource) -> Program:
     examples = tuple(torch.zeros(shape, dtype=dtype) for shape, dtype in source.inputs)
     key = _key(source, examples)
     package = _package(key, name, source, examples)
-    attrs = {k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes", "program_key")}
+    attrs = {k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes")}
     attrs["program_package"] = str(package)
     attrs["program_input_shapes"] = [n for shape, _ in source.inputs for n in (len(shape), *shape)]
     attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
-    attrs["program_key"] = hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()
-    return Program(attrs, program.num_inputs, list(program.out_dtypes))
+    return Program(with_key(attrs), program.num_inputs, list(program.out_dtypes))
 
 
 def compiled_or_interpreted(program: Program, source: GraphSource) -> Program:
@@ -179,10 +179,11 @@ def _inductor_settings() -> str:
     return json.dumps(settings, sort_keys=True, default=repr)
 
 
-def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+def _module_tensors(module: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The tensors the graph holds itself (its constants: not program inputs, so part of the key)."""
     found = dict(module.named_buffers())
     found.update(dict(module.named_parameters()))
-    for node in getattr(module, "graph", None).nodes if hasattr(module, "graph") else ():
+    for node in module.graph.nodes:
         if node.op == "get_attr":
             value = module
             for part in str(node.target).split("."):

@@ -102,6 +102,12 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
     attrs: dict[str, Any] = dict(program_name=name, program_num_inputs=len(inputs), program_num_nodes=count,
                                  program_outputs=[slot[v] for v in outputs],
                                  program_out_shapes=encode_shapes(out_shapes), program_nodes=pack(nodes))
-    # Equal programs share one parse in the kernel (program.cpp): the key covers every attribute.
+    return Program(with_key(attrs), len(inputs), list(out_dtypes))
+
+
+def with_key(attrs: dict[str, Any]) -> dict[str, Any]:
+    """`attrs` with program_key set: equal programs share one parse (or one loaded package) in the kernel
+    (program.cpp), so the key covers every other attribute."""
+    attrs = {k: v for k, v in attrs.items() if k != "program_key"}
     attrs["program_key"] = hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()
-    return Program(attrs, len(inputs), list(out_dtypes))
+    return attrs

@@ -7,6 +7,8 @@ Public surface:
     aot_ops.from_torch(model, example_args, example_kwargs) -> mindspore.nn.Cell
         a whole torch.nn.Module as a MindSpore Cell (both modes, training, weights both ways; Hugging Face
         transformers models too); PortError names the torch node that cannot be ported
+    aot_ops.train_step(loss_cell, optimizer)
+        a training step (forward, backward, optimizer) as one compiled MindSpore graph, also in PyNative
     aot_ops.generate(cell, input_ids, max_new_tokens=...)
         greedy decoding with a ported causal language model, as transformers' generate(do_sample=False)
     aot_ops.zoo
@@ -94,6 +96,7 @@ _LAZY = {
     "PortError": ("._port", "PortError"),
     "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
+    "train_step": ("._core.train_step", "train_step"),
     "zoo": (".tools.zoo", None),
 }
 

@@ -8,7 +8,9 @@ ResNet at 3x64x64), in evaluation mode, without the loss. Per batch size: torch 
 torch.compile (Inductor's defaults) of the same module, and the ported cell fused (fuse=True: one program call)
 and compiled (fuse="compile": the evaluation graph compiled by AOTInductor), called from Python in PyNative and in
 GRAPH_MODE (the cell's construct compiled by MindSpore). Each call waits for its result (asnumpy / the torch
-tensor). Prints the median over the measured calls after warm-up calls, the ratio to torch eager measured in the
+tensor). PyNative rows call the cell as it comes from from_torch (one MindSpore graph per call, jit=True); the
+", per call" rows port with jit=False (operator by operator through PyNative). Prints the median over the measured
+calls after warm-up calls, the ratio to torch eager measured in the
 same run, and the median time inside the program launch (`aot_ops.program_seconds()`: the network's own work,
 the rest is MindSpore's). The "no work" rows are the floor: a stand-in with the same parameters and input that
 only sums them, ported with fuse=True, i.e. what MindSpore's call of one program costs before any work. torch's intra-op threads (also those of the bridged kernels and the compiled programs) are set by
@@ -66,9 +68,9 @@ def torch_call(model):
     return call
 
 
-def ported_call(model, example, mode, fuse):
+def ported_call(model, example, mode, fuse, jit=True):
     ms.set_context(mode=mode)
-    cell = aot_ops.from_torch(model, (example,), fuse=fuse)
+    cell = aot_ops.from_torch(model, (example,), fuse=fuse, jit=jit)
     cell.set_train(False)
     return lambda x: cell(x).asnumpy()
 
@@ -80,12 +82,15 @@ def measure(model, shape, batch, calls):
     rows = {"torch eager": median_ms(torch_call(model), xs, calls)}
     torch._dynamo.reset()  # a fresh start: Dynamo would otherwise compile a second batch size with dynamic shapes
     rows["torch.compile"] = median_ms(torch_call(torch.compile(copy.deepcopy(model))), xs, calls)
-    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
+    variants = (("PyNative", ms.PYNATIVE_MODE, True), ("PyNative", ms.PYNATIVE_MODE, False),
+                ("GRAPH_MODE", ms.GRAPH_MODE, True))
+    for mode_name, mode, jit in variants:
+        suffix = "" if jit else ", per call"
         for fuse, label in ((True, "fused"), ("compile", "compiled")):
-            rows[f"{mode_name}, {label}"] = median_ms(ported_call(copy.deepcopy(model), xs[0], mode, fuse), xs_ms,
-                                                      calls)
-        rows[f"{mode_name}, no work"] = median_ms(ported_call(ParameterSums(model).eval(), xs[0], mode, True), xs_ms,
-                                                  calls)
+            rows[f"{mode_name}, {label}{suffix}"] = median_ms(
+                ported_call(copy.deepcopy(model), xs[0], mode, fuse, jit), xs_ms, calls)
+        rows[f"{mode_name}, no work{suffix}"] = median_ms(
+            ported_call(ParameterSums(model).eval(), xs[0], mode, True, jit), xs_ms, calls)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     return rows
 
@@ -107,10 +112,10 @@ def main(argv=None):
     for batch in (int(b) for b in options.batches.split(",")):
         rows = measure(model, shape, batch, options.calls)
         base = rows["torch eager"][0]
-        print(f"batch {batch}:{'call':>30} {'vs torch':>9} {'in program':>11}")
+        print(f"batch {batch}:{'call':>38} {'vs torch':>9} {'in program':>11}")
         for name, (value, inside) in rows.items():
             shown = f"{inside:.3f} ms" if inside else "-"
-            print(f"  {name:<22} {value:>8.3f} ms {value / base:>8.2f}x {shown:>11}")
+            print(f"  {name:<30} {value:>8.3f} ms {value / base:>8.2f}x {shown:>11}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Training-step time of a PyTorch network ported with aot_ops.from_torch, against torch eager (CPU).
 
-    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 100] [--net transformer|resnet]
+    .venv/bin/python benchmarks/port_step.py [--threads 1] [--steps 100] [--repeat 1] [--net transformer|resnet]
+    .venv/bin/python benchmarks/port_step.py --steps 40 --repeat 5      # steadiness: 5 blocks of 40 steps
     .venv/bin/python benchmarks/port_step.py --plot docs/port_step.png [--batches 4,8,16,32,64] [--steps 8]
 
 The network: nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128, dropout 0) and a linear classifier
@@ -8,9 +9,14 @@ over the sequence mean, batch 32, sequence 16, cross-entropy loss. One step is f
 on the same data in both frameworks. MindSpore runs it as `ms.value_and_grad` + `nn.SGD`, in PyNative and in
 GRAPH_MODE, on cells ported with `input_grads=False` (torch's step computes no gradient for the input either):
 per node (fuse=False), fused (fuse=True: two program calls a step) and compiled (fuse="compile": the same two
-calls running the graphs AOTInductor compiled; the packages come from the build cache after the first run). In
-GRAPH_MODE the step is one `ms.jit` function (forward, backward and SGD in one graph), as MindSpore writes its own
-training steps; the "GRAPH, fused, 2 jit" row calls value_and_grad and the optimizer as two graphs instead.
+calls running the graphs AOTInductor compiled; the packages come from the build cache after the first run).
+PyNative rows: the plain loop a user writes, with no ms.jit of their own, on the ported cell as it comes (one
+MindSpore graph per call: from_torch's default jit=True); ", per call": the same loop with from_torch(jit=False),
+the cell run operator by operator through PyNative; ", train_step": aot_ops.train_step, the whole step as one
+graph. In GRAPH_MODE the step is one `ms.jit` function (forward, backward and SGD in one graph), as MindSpore
+writes its own training steps; the "GRAPH, fused, 2 jit" row calls value_and_grad and the optimizer as two graphs
+instead. `--repeat N` measures N blocks of --steps steps and prints each block's median: PyNative's pipeline can
+turn slow for whole stretches of steps.
 torch's intra-op threads (also used by the bridged ATen kernels and the compiled programs, which run in this
 process) are set by --threads. Prints the median step time over the measured steps (after warm-up steps, which
 include GRAPH_MODE's compilation and torch.compile's), the ratio to torch eager ("vs torch") and to torch.compile
@@ -21,7 +27,7 @@ rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the t
 layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same measurement at several
 batch sizes, drawn as step time against batch size (log-log) into a PNG.
 
-The "no work" rows run the same fused step on a stand-in network that holds the same parameters and only sums them:
+The "no work" rows run the same fused step (as the row's name says) on a stand-in network that holds the same parameters and only sums them:
 what MindSpore's value_and_grad + nn.SGD and the two aot calls cost without the network's work, the floor under the
 fused rows. "torch, AOT graphs" is torch's step with the model run through the forward and backward graphs
 AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how
@@ -129,23 +135,31 @@ def launches():
     return forward, backward, aot_ops.program_launches(), aot_ops.program_seconds()
 
 
-def mindspore_steps(model, batches, mode, fuse, separate_optimizer=False):
+def mindspore_steps(model, batches, mode, fuse, loop="plain", jit=True):
+    """MindSpore's training steps on the ported model. `loop`: "plain" is the loop a user writes
+    (ms.value_and_grad + the optimizer; in GRAPH_MODE one ms.jit function, as MindSpore writes its own GRAPH_MODE
+    steps), "2 jit" calls value_and_grad and the optimizer as two graphs (GRAPH_MODE), "train_step" is
+    aot_ops.train_step (the whole step as one graph, also in PyNative). `jit=False` ports with from_torch(jit=False):
+    in PyNative the cell then runs operator by operator through PyNative's queues instead of as one graph."""
     ms.set_context(mode=mode)
     # The input does not require grad in torch's step either: no gradient for it (the ResNet's first convolution's
     # input gradient costs 1 ms).
-    cell = aot_ops.from_torch(model, batches[0], fuse=fuse, input_grads=False)
+    cell = aot_ops.from_torch(model, batches[0], fuse=fuse, input_grads=False, jit=jit)
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
-    grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
+    if loop == "train_step":
+        train_step = aot_ops.train_step(cell, optimizer)
+    else:
+        grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
 
-    def train_step(x, target):
-        loss, grads = grad_fn(x, target)
-        optimizer(grads)
-        return loss
+        def train_step(x, target):
+            loss, grads = grad_fn(x, target)
+            optimizer(grads)
+            return loss
 
-    if mode == ms.GRAPH_MODE and not separate_optimizer:
-        # Forward, backward and SGD in one compiled graph, as MindSpore's own GRAPH_MODE training steps are written:
-        # calling value_and_grad and the optimizer as two graphs cost 0.7 ms more per step here.
-        train_step = ms.jit(train_step)
+        if mode == ms.GRAPH_MODE and loop == "plain":
+            # Forward, backward and SGD in one compiled graph: calling value_and_grad and the optimizer as two
+            # graphs cost 0.7 ms more per step here.
+            train_step = ms.jit(train_step)
     inputs = [(to_ms(x), to_ms(t)) for x, t in batches]
     times, calls, in_programs = [], [], []
     for index, (x, target) in enumerate(inputs):
@@ -158,7 +172,7 @@ def mindspore_steps(model, batches, mode, fuse, separate_optimizer=False):
         after = launches()
         calls.append(tuple(a - b for a, b in zip(after[:3], before[:3])))
         in_programs.append(after[3] - before[3])
-    threads = thread_times(clocks, thread_clock(), len(inputs) - 3)
+    threads = thread_times(clocks, thread_clock(), len(inputs) - WARMUP)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     return times, value, calls[-1], statistics.median(in_programs[WARMUP:]), threads
 
@@ -194,15 +208,28 @@ def measure(model, batches, with_floor=False):
     results["torch.compile"] = torch_compiled_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
     if with_floor:
         results["torch, AOT graphs"] = torch_aot_steps(copy.deepcopy(model), batches)[:2] + ((0, 0, 0), 0.0, {})
-    for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
-        for fuse, label in ((False, "per node"), (True, "fused"), ("compile", "compiled")):
-            results[f"{mode_name}, {label}"] = mindspore_steps(copy.deepcopy(model), batches, mode, fuse)
+    fuses = ((False, "per node"), (True, "fused"), ("compile", "compiled"))
+    pynative = ms.PYNATIVE_MODE
+    for fuse, label in fuses:  # the default: the ported cell is one ms.jit graph in PyNative
+        results[f"PyNative, {label}"] = mindspore_steps(copy.deepcopy(model), batches, pynative, fuse)
+    for fuse, label in fuses:  # from_torch(jit=False): operator by operator through PyNative
+        results[f"PyNative, {label}, per call"] = mindspore_steps(copy.deepcopy(model), batches, pynative, fuse,
+                                                                  jit=False)
+    for fuse, label in fuses:
+        results[f"PyNative, {label}, train_step"] = mindspore_steps(copy.deepcopy(model), batches, pynative, fuse,
+                                                                    loop="train_step")
+    for fuse, label in fuses:
+        results[f"GRAPH_MODE, {label}"] = mindspore_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE, fuse)
     if with_floor:
         results["GRAPH, fused, 2 jit"] = mindspore_steps(copy.deepcopy(model), batches, ms.GRAPH_MODE, True,
-                                                              separate_optimizer=True)
-        for mode_name, mode in (("PyNative", ms.PYNATIVE_MODE), ("GRAPH_MODE", ms.GRAPH_MODE)):
-            times, _loss, calls, inside, threads = mindspore_steps(ParameterSums(model), batches, mode, fuse=True)
-            results[f"{mode_name}, no work"] = (times, float("nan"), calls, inside, threads)
+                                                         loop="2 jit")
+        floors = (("PyNative, no work", pynative, {}), ("PyNative, no work, per call", pynative, {"jit": False}),
+                  ("PyNative, no work, train_step", pynative, {"loop": "train_step"}),
+                  ("GRAPH_MODE, no work", ms.GRAPH_MODE, {}))
+        for name, mode, options in floors:
+            times, _loss, calls, inside, threads = mindspore_steps(ParameterSums(model), batches, mode, True,
+                                                                   **options)
+            results[name] = (times, float("nan"), calls, inside, threads)
     return results
 
 
@@ -243,6 +270,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--steps", type=int, default=100, help=f"measured steps (after {WARMUP} warm-up steps)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="BLOCKS",
+                        help="measure BLOCKS blocks of --steps steps each and print every block's median and ratio "
+                             "too (steadiness: PyNative's pipeline can turn slow for whole stretches)")
     parser.add_argument("--net", choices=["transformer", "resnet"], default="transformer")
     parser.add_argument("--launch-blocking", action="store_true",
                         help="ms.runtime.launch_blocking(): PyNative launches each operator synchronously")
@@ -268,28 +298,37 @@ def main(argv=None):
     if options.plot:
         plot(options.plot, options.net, described, [int(b) for b in options.batches.split(",")], options.steps)
         return
-    print(f"{described}, batch {batch}: median of {options.steps} training steps after {WARMUP} warm-up steps")
-    results = measure(model, data(WARMUP + options.steps, (batch, *shape), classes), with_floor=True)
+    blocks = max(1, options.repeat)
+    print(f"{described}, batch {batch}: median of {options.steps * blocks} training steps after {WARMUP} warm-up "
+          f"steps" + (f", in {blocks} blocks of {options.steps}" if blocks > 1 else ""))
+    results = measure(model, data(WARMUP + options.steps * blocks, (batch, *shape), classes), with_floor=True)
     base = statistics.median(results["torch eager"][0][WARMUP:])
     compiled = statistics.median(results["torch.compile"][0][WARMUP:])
-    print(f"{'':<22} {'step':>10} {'vs torch':>9} {'vs compile':>10} {'aot calls/step':>15} {'in programs':>12} "
+    print(f"{'':<30} {'step':>10} {'vs torch':>9} {'vs compile':>10} {'aot calls/step':>15} {'in programs':>12} "
           f"{'last loss':>10}")
     for name, (times, loss, (forward, backward, programs), in_programs, _threads) in results.items():
         median = statistics.median(times[WARMUP:])
         calls = f"{forward} + {backward}" if forward else (f"{programs} programs" if programs else "-")
         inside = f"{in_programs * 1e3:.2f} ms" if programs else "-"
         shown_loss = "-" if loss != loss else f"{loss:.5f}"  # NaN: the "no work" rows' loss is not the network's
-        print(f"{name:<22} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {median / compiled:>9.2f}x {calls:>15} "
+        print(f"{name:<30} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {median / compiled:>9.2f}x {calls:>15} "
               f"{inside:>12} {shown_loss:>10}")
+    if blocks > 1:
+        print(f"each block's median step (ms) and its ratio to torch eager's median; worst block last:")
+        for name, (times, *_rest) in results.items():
+            medians = [statistics.median(times[WARMUP + k * options.steps:WARMUP + (k + 1) * options.steps])
+                       for k in range(blocks)]
+            shown = " ".join(f"{m * 1e3:.2f} ({m / base:.2f}x)" for m in medians)
+            print(f"  {name:<30} {shown}   worst {max(medians) / base:.2f}x")
     if options.per_step:
         print("every measured step (ms):")
         for name, (times, *_rest) in results.items():
-            print(f"  {name:<20} " + " ".join(f"{t * 1e3:.1f}" for t in times[WARMUP:]))
+            print(f"  {name:<30} " + " ".join(f"{t * 1e3:.1f}" for t in times[WARMUP:]))
     if options.thread_times:
         print("per measured step, ms each thread ran / waited runnable for a CPU (/proc/self/task/*/schedstat):")
         for name, (*_rest, threads) in results.items():
             if threads:
-                print(f"  {name:<20} " + ", ".join(f"{thread} {run:.1f}/{wait:.1f}"
+                print(f"  {name:<30} " + ", ".join(f"{thread} {run:.1f}/{wait:.1f}"
                                                      for thread, (run, wait) in sorted(threads.items())))
 
 

@@ -31,7 +31,7 @@ __all__ = ["from_torch", "PortError", "PortedCell"]
 
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
                kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
-               fuse: bool | str = False, input_grads: bool = True) -> PortedCell:
+               fuse: bool | str = False, input_grads: bool = True, jit: bool = True) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
     - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
@@ -66,6 +66,12 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       zero), as in torch for inputs that do not require grad, and the fused backward does not compute them (the
       first convolution's input gradient cost a ported ResNet's step 1 ms). The default, True, gives every floating
       input its gradient, as ms.grad's default grad_position=0 expects.
+    - `jit=True` (the default): in PyNative mode a call runs the cell as one compiled MindSpore graph (`ms.jit`),
+      and its backward under MindSpore's autodiff as one more, instead of operator by operator through PyNative's
+      queues (a plain training loop ran 2-3x faster and steadier). The first call with each input signature and
+      mode (training, evaluation, under a gradient or not) compiles, as GRAPH_MODE does. `jit=False` runs the cell
+      through PyNative as MindSpore runs any Cell, as does a cell with hooks registered; `cell.jit` can be changed
+      later. GRAPH_MODE is not affected.
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
     if not isinstance(model, torch.nn.Module):
@@ -78,6 +84,8 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     tensor_kwargs, fixed_kwargs = _split_kwargs(kwargs or {})
     if dynamic_batch and dynamic_shapes is not None:
         raise TypeError("from_torch: give dynamic_batch or dynamic_shapes, not both")
+    if not isinstance(jit, bool):
+        raise TypeError(f"from_torch: jit={jit!r}; give True (PyNative calls run one compiled graph) or False")
     if fuse not in (False, True, "compile"):
         raise ValueError(f"from_torch: fuse={fuse!r}; give False (one aot call per node), True (one per graph) or "
                          "'compile' (one per graph, compiled by torch's Inductor)")
@@ -125,7 +133,7 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
         training=model.training,
         refused_training=refused_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
-        fused=fused, compile_programs=fuse == "compile")
+        fused=fused, compile_programs=fuse == "compile", jit=jit)
     cell = cls(spec)
     cell.source_file = str(path)
     return cell

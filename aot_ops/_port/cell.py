@@ -29,6 +29,7 @@ from .._core.opdef import FRESH, OpDef
 from .._core.primitive import CALL_LOCK, AotOp, CppInference
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError
+from .graph_entry import PyNativeGraph, sync_phase
 
 
 @dataclass
@@ -55,6 +56,7 @@ class PortSpec:
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
     compile_programs: bool = False             # fuse="compile": compile the programs a mode runs, on first use
+    jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (pynative_graph.py)
 
 
 class IncompatibleKeys(NamedTuple):
@@ -139,6 +141,7 @@ class PortedCell(nn.Cell):
         flat = getattr(sys.modules[type(self).__module__], f"Flat{type(self).__name__}", None)
         # Not a child cell (a child would show in print(cell) and be a second owner of the parameters).
         self.__dict__["_flat_twin"] = flat(self) if flat is not None else None
+        self.jit = spec.jit
         if any(d is None for i in spec.inputs for d in i.shape):
             # One compiled GRAPH_MODE graph for every batch size (the flat twin is what GRAPH_MODE compiles for
             # dict outputs); PyNative runs any shape anyway.
@@ -153,19 +156,52 @@ class PortedCell(nn.Cell):
         args = self._positional(args, kwargs)
         self._check_inputs(args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
+        as_graph = graph_mode or self._runs_as_graph()
         spec = self._spec.out_spec
+        flat_twin = self.__dict__.get("_flat_twin")
         with CALL_LOCK:  # one thread at a time (see _primitive.CALL_LOCK)
             try:
-                if self.__dict__.get("_flat_twin") is not None and graph_mode:
-                    leaves = self._flat_twin(*args)
-                    return tree_unflatten(list(leaves), spec)
-                result = super().__call__(*args)
+                if not graph_mode and as_graph:
+                    result = self._pynative_graph()(args)
+                    if flat_twin is not None:
+                        return tree_unflatten(list(result), spec)
+                elif graph_mode:
+                    sync_phase(flat_twin or self, self.training)
+                    if flat_twin is not None:
+                        return tree_unflatten(list(flat_twin(*args)), spec)
+                    result = super().__call__(*args)
+                else:
+                    result = super().__call__(*args)
             except Exception:
-                if graph_mode:
+                if as_graph:
                     self._forget_compiled_graphs()
                 raise
         # construct returns dicts for dict-like outputs (a ModelOutput cannot be built inside a graph)
         return tree_unflatten(_leaves(result, spec), spec) if _has_custom_containers(spec) else result
+
+    @property
+    def jit(self) -> bool:
+        """Whether a call in PyNative mode runs the cell as one compiled MindSpore graph (the default; set by
+        from_torch(jit=...)). False runs it operator by operator through PyNative, as MindSpore runs a Cell."""
+        return self.__dict__["_jit"]
+
+    @jit.setter
+    def jit(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{self.module_name}: jit must be True or False, got {value!r}")
+        self.__dict__["_jit"] = value
+
+    def _runs_as_graph(self) -> bool:
+        """PyNative: one graph unless jit is off or hooks are registered (MindSpore runs a cell's hooks around its
+        construct in Cell.__call__, which a graph call bypasses)."""
+        return self.__dict__["_jit"] and not (self._forward_pre_hook or self._forward_hook or self._backward_hook)
+
+    def _pynative_graph(self) -> PyNativeGraph:
+        graph = self.__dict__.get("_pynative_graph_entry")
+        if graph is None:
+            graph = PyNativeGraph(self, self.__dict__.get("_flat_twin") or self)
+            self.__dict__["_pynative_graph_entry"] = graph
+        return graph
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         """The inputs in the order construct takes them, keyword arguments placed by name (the module's own)."""

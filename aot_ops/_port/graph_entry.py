@@ -1,0 +1,50 @@
+"""How a call from Python enters a ported cell as a compiled MindSpore graph.
+
+- GRAPH_MODE: MindSpore compiles the Cell called (the ported cell, or its flat twin when the outputs hold dicts).
+- PyNative: the same cell as one `ms.jit` graph (from_torch's default jit=True), forward and backward. PyNative
+  otherwise runs every operator through MindSpore's asynchronous queues, whose threads wait for work by spinning;
+  on a machine with few cores they take the CPU from the thread that runs the kernels, and a plain training loop
+  on a ported cell took 4-22x torch eager's step, changing from run to run (docs/performance.md).
+
+MindSpore keys a compiled graph on the Cell's `create_time` and `phase`. set_train sets the phase of the cell it is
+called on only (a parent's set_train changes `training` alone, and the flat twin is nobody's child), so the phase
+of the cell compiled is brought in step with `training` before every call: otherwise a call after a switch ran the
+graph compiled for the other mode. A new create_time (PortedCell._forget_compiled_graphs) compiles afresh.
+"""
+from __future__ import annotations
+
+import mindspore as ms
+from mindspore import nn
+
+_PHASES = {True: "train", False: "predict"}
+
+
+def sync_phase(target: nn.Cell, training: bool) -> None:
+    """Gives `target` the phase of `training`, so that its compiled graph is the one of that mode."""
+    phase = _PHASES[bool(training)]
+    if target.phase != phase:
+        target.phase = phase
+
+
+class PyNativeGraph:
+    """Calls `target` (the ported cell, or its flat twin) as an ms.jit graph in PyNative, with the bookkeeping
+    Cell.__call__ does around construct for `cell`, the cell that was called."""
+
+    def __init__(self, cell: nn.Cell, target: nn.Cell):
+        self._cell = cell
+        self._target = target
+        # ms.jit of a Cell instance gives its construct, compiled on the first call for each input signature
+        # (set_inputs on the cell makes it one graph for every size of a dynamic dimension).
+        self._run = ms.jit(target)
+
+    def __call__(self, args: tuple):
+        cell = self._cell
+        sync_phase(self._target, cell.training)
+        if not (cell.requires_grad or cell._dynamic_shape_inputs is not None or cell.mixed_precision_type is not None):
+            return self._run(*args)
+        # What Cell.__call__ does around construct for a cell under ms.grad (requires_grad): the cell is MindSpore
+        # autodiff's top cell, whose graph grad then differentiates (the jit graph is one node of it).
+        cell._call_pre_process(*args)
+        output = self._run(*args)
+        cell._call_post_process(output, *args)
+        return output

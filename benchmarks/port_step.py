@@ -27,9 +27,11 @@ rest of the step is MindSpore's: autograd, SGD, dispatch). `--net resnet`: the t
 layout, BatchNorm) at batch 8, 3x64x64, instead of the transformer. `--plot`: the same measurement at several
 batch sizes, drawn as step time against batch size (log-log) into a PNG.
 
-The "no work" rows run the same fused step (as the row's name says) on a stand-in network that holds the same parameters and only sums them:
-what MindSpore's value_and_grad + nn.SGD and the two aot calls cost without the network's work, the floor under the
-fused rows. "torch, AOT graphs" is torch's step with the model run through the forward and backward graphs
+The "no work" rows run the same fused step (as the row's name says) on a stand-in network that holds the same
+parameters and only sums them: what MindSpore's value_and_grad + nn.SGD and the two aot calls cost without the
+network's work, the floor under the fused rows; "PyNative, native cell, no work" is the same stand-in written as a
+MindSpore Cell (no port, no aot call) in the plain PyNative loop: MindSpore's own floor. "torch, AOT graphs" is
+torch's step with the model run through the forward and backward graphs
 AOTAutograd makes (those the fused programs execute), eagerly from Python. `--thread-times` shows per thread how
 long it ran and how long it waited runnable for a CPU: MindSpore's pipeline threads wait for work by spinning,
 which on a machine with few cores takes the CPU from the thread that runs the kernels. `--dispatch-threads N` sets
@@ -190,6 +192,37 @@ class ParameterSums(torch.nn.Module):
         return sum(weight.sum() for weight in self.weights)
 
 
+class NativeParameterSums(msnn.Cell):
+    """ParameterSums written directly in MindSpore (no port, no aot call): what MindSpore's own PyNative training
+    loop (value_and_grad + nn.SGD, no ms.jit) costs with these parameters and no work."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.weights = ms.ParameterTuple([ms.Parameter(to_ms(p.detach().clone()), name=f"w{k}")
+                                          for k, p in enumerate(model.parameters())])
+
+    def construct(self, x, target):
+        total = 0
+        for weight in self.weights:
+            total = total + weight.sum()
+        return total
+
+
+def native_steps(model, batches):
+    """The plain PyNative loop on NativeParameterSums."""
+    cell = NativeParameterSums(model)
+    optimizer = msnn.SGD(cell.trainable_params(), learning_rate=0.01)
+    grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
+    times = []
+    for x, target in [(to_ms(x), to_ms(t)) for x, t in batches]:
+        start = time.perf_counter()
+        loss, grads = grad_fn(x, target)
+        optimizer(grads)
+        float(loss.asnumpy())
+        times.append(time.perf_counter() - start)
+    return times, float("nan"), (0, 0, 0), 0.0, {}
+
+
 def network(name):
     """(model, shape of one input batch without the batch size, classes, description)."""
     torch.manual_seed(0)
@@ -230,6 +263,7 @@ def measure(model, batches, with_floor=False):
             times, _loss, calls, inside, threads = mindspore_steps(ParameterSums(model), batches, mode, True,
                                                                    **options)
             results[name] = (times, float("nan"), calls, inside, threads)
+        results["PyNative, native cell, no work"] = native_steps(model, batches)
     return results
 
 

@@ -27,11 +27,26 @@ def fuse(request):
 
 
 @contextlib.contextmanager
-def counting_jit_compiles():
-    """Yields a function giving how many ms.jit graphs MindSpore compiled since the block began (each compiled
-    phase enters MindSpore's process-wide set of compiled phases once)."""
+def counting_compiles():
+    """Yields a function giving how many graphs MindSpore compiled since the block began: ms.jit graphs (each new
+    phase enters MindSpore's process-wide set of compiled phases) and GRAPH_MODE Cells (the executor answers
+    (phase, True) when it compiled)."""
     before = set(ms_api.ms_compile_cache)
-    yield lambda: len(set(ms_api.ms_compile_cache) - before)
+    graph_mode_compiles = []
+    executor = ms_api._CellGraphExecutor
+    original = executor.compile
+
+    def recording(self, obj, *args, **kwargs):
+        answer = original(self, obj, *args, **kwargs)
+        if isinstance(answer, tuple) and answer[1]:
+            graph_mode_compiles.append(answer[0])
+        return answer
+
+    executor.compile = recording
+    try:
+        yield lambda: len(set(ms_api.ms_compile_cache) - before) + len(graph_mode_compiles)
+    finally:
+        executor.compile = original
 
 
 class BatchNormDict(nn.Module):
@@ -62,7 +77,7 @@ def test_a_call_is_one_graph_compiled_once_per_mode(fuse):
     assert cell.jit is True
     cell.set_train(False)
     model.eval()
-    with counting_jit_compiles() as compiles:
+    with counting_compiles() as compiles:
         for expected_compiles in (1, 1):
             torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
             assert compiles() == expected_compiles
@@ -103,7 +118,7 @@ def test_a_plain_training_loop_trains_like_torch_with_one_compilation(fuse):
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=LR)
     grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
     losses, counts = [], []
-    with counting_jit_compiles() as compiles:
+    with counting_compiles() as compiles:
         for x, target in data:
             loss, grads = grad_fn(to_ms(x), to_ms(target))
             optimizer(grads)
@@ -125,7 +140,7 @@ def test_jit_false_runs_operator_by_operator_and_can_be_switched():
     grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
     optimizer(grad_fn(to_ms(data[0][0]), to_ms(data[0][1]))[1])  # the optimizer's own graph, compiled once
     losses = []
-    with counting_jit_compiles() as compiles:
+    with counting_compiles() as compiles:
         for step, (x, target) in enumerate(data[1:]):
             if step == 1:
                 assert compiles() == 0
@@ -149,7 +164,7 @@ def test_a_cell_with_hooks_runs_them():
     cell = aot_ops.from_torch(model, (x,), fuse=True)
     seen = []
     handle = cell.register_forward_hook(lambda _cell, _inputs, output: seen.append(to_torch(output)))
-    with counting_jit_compiles() as compiles:
+    with counting_compiles() as compiles:
         out = cell(to_ms(x))
         assert compiles() == 0
     handle.remove()
@@ -164,7 +179,7 @@ def test_dynamic_batch_is_one_graph_for_every_size(fuse):
     params = cell.trainable_params()
     grad_fn = ms.value_and_grad(cell, None, params)
     counts = []
-    with counting_jit_compiles() as compiles:
+    with counting_compiles() as compiles:
         for batch in (3, 8, 5):
             x, target = batches((batch, 6, 32), count=1, seed=batch)[0]
             loss = cell(to_ms(x), to_ms(target))
@@ -280,6 +295,23 @@ class LossAndLogits(nn.Module):
     def forward(self, x, target):
         logits = self.model(x)
         return F.cross_entropy(logits, target), logits
+
+
+def test_train_step_is_one_graph_for_every_batch_size_of_a_dynamic_batch_cell(mode):
+    torch.manual_seed(11)
+    model = WithLoss(TransformerClassifier())
+    cell = aot_ops.from_torch(copy.deepcopy(model), batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=True)
+    step = aot_ops.train_step(cell, msnn.SGD(cell.trainable_params(), learning_rate=LR))
+    data = [batches((batch, 6, 32), count=1, seed=batch)[0] for batch in (3, 8, 5)]
+    compiled = []
+    with counting_compiles() as compiles:
+        losses = []
+        for x, target in data:
+            losses.append(float(step(to_ms(x), to_ms(target)).asnumpy()))
+            compiled.append(compiles())
+    assert compiled[0] >= 1 and compiled[0] == compiled[-1], f"the step compiled again for another size: {compiled}"
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, train_torch(model, data))) < 1e-4
+    assert_state_close(cell, model)
 
 
 def test_train_step_returns_auxiliary_outputs_and_refuses_what_is_not_a_step():

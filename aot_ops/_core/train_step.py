@@ -21,6 +21,9 @@ class TrainStep(nn.TrainOneStepCell):
         super().__init__(network, optimizer)
         self.grad_fn = ops.value_and_grad(network, None, self.weights, has_aux=has_aux)
         self.has_aux = has_aux
+        dynamic = network.get_inputs()
+        if dynamic:  # a ported cell with dynamic sizes: one graph for every size, as the cell has
+            self.set_inputs(*dynamic)
 
     @ms.jit
     def construct(self, *inputs):
@@ -40,7 +43,9 @@ def train_step(loss_cell: nn.Cell, optimizer: nn.Cell, *, has_aux: bool = False)
 
     It computes what `loss, grads = ms.value_and_grad(loss_cell, None, optimizer.parameters)(x, y);
     optimizer(grads)` computes; under data parallel (msrun) the gradients are averaged across devices first, as
-    nn.TrainOneStepCell does. The first call for each input signature compiles the graph."""
+    nn.TrainOneStepCell does. The first call for each input signature compiles the graph; a loss cell with dynamic
+    inputs (set_inputs, as from_torch's dynamic_batch gives) gives the step the same, so one graph serves every
+    size."""
     if not isinstance(loss_cell, nn.Cell):
         raise TypeError(f"aot_ops.train_step: loss_cell must be a mindspore.nn.Cell, got {type(loss_cell).__name__}")
     if not isinstance(optimizer, nn.Optimizer):

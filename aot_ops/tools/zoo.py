@@ -527,7 +527,8 @@ def _write(path: str, text: str, command: str, load: str, threads: int) -> None:
               "class built from a small config with random weights; what every stage checks is in "
               "`aot_ops/tools/zoo.py`. Times are seconds; the ratios are the evaluation forward's median time against "
               "torch eager's, measured in the same run (one aot call per node, or fused; PyNative and "
-              "GRAPH_MODE).\n\n")
+              "GRAPH_MODE). In PyNative the cells run as from_torch makes them, each call one compiled MindSpore "
+              "graph (jit=True), so PyNative's first call includes compiling, as GRAPH_MODE's does.\n\n")
     with open(path, "w") as fh:
         fh.write(header + text + "\n")
 

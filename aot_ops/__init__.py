@@ -9,8 +9,10 @@ Public surface:
         transformers models too); PortError names the torch node that cannot be ported
     aot_ops.train_step(loss_cell, optimizer)
         a training step (forward, backward, optimizer) as one compiled MindSpore graph, also in PyNative
-    aot_ops.generate(cell, input_ids, max_new_tokens=...)
-        greedy decoding with a ported causal language model, as transformers' generate(do_sample=False)
+    aot_ops.from_torch_lm(model, batch_size=..., max_length=...) -> aot_ops.PortedLM
+        a transformers causal LM ported with its key/value cache (a static cache held as Parameters)
+    aot_ops.generate(lm, input_ids, max_new_tokens=..., do_sample=..., streamer=...)
+        text generation with a ported causal language model, as transformers' generate (greedy or sampling)
     aot_ops.zoo
         Hugging Face transformers models ported and checked against torch (python -m aot_ops zoo)
     aot_ops.library_path(kind="cpu")
@@ -96,6 +98,8 @@ _LAZY = {
     "PortError": ("._port", "PortError"),
     "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
+    "from_torch_lm": ("._port.kv_cache", "from_torch_lm"),
+    "PortedLM": ("._port.kv_cache", "PortedLM"),
     "train_step": ("._core.train_step", "train_step"),
     "zoo": (".tools.zoo", None),
 }

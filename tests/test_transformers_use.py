@@ -133,13 +133,15 @@ def test_greedy_decoding_gives_torchs_tokens_with_one_graph_for_every_length(nam
 def test_unsupported_generate_options_are_refused_with_what_to_do(ported_decoders):
     model, cell = ported_decoders["gpt2", False]
     ids, mask = left_padded_prompt()
-    for options, why in [({"do_sample": True}, r"do_sample=True is not supported: sampling draws random numbers"),
-                         ({"num_beams": 4}, r"num_beams=4 is not supported: beam search .* \(num_beams=1\)"),
-                         ({"use_cache": True}, r"use_cache=True is not supported: the key/value cache"),
-                         ({"repetition_penalty": 1.3}, r"repetition_penalty=1.3 is not supported"),
-                         ({"streamer": object()}, r"option streamer=.* is not supported")]:
+    for options, why in [({"num_beams": 4}, r"num_beams=4 is not supported: beam search .* num_beams=1"),
+                         ({"use_cache": True}, r"use_cache=True is not supported here: the cell was ported without a "
+                                               r"key/value cache: port the model with aot_ops.from_torch_lm"),
+                         ({"no_repeat_ngram_size": 2}, r"no_repeat_ngram_size=2 is not supported: leave it at 0"),
+                         ({"typo_option": 1}, r"option typo_option=1 is not supported; generate takes")]:
         with pytest.raises(aot_ops.PortError, match=why):
             aot_ops.generate(cell, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2, **options)
+    with pytest.raises(TypeError, match=r"streamer must have put\(\) and end\(\)"):
+        aot_ops.generate(cell, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2, streamer=object())
     tokens = aot_ops.generate(cell, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2)
     assert tokens.shape == (2, 8)
 
@@ -147,7 +149,8 @@ def test_unsupported_generate_options_are_refused_with_what_to_do(ported_decoder
 def test_a_model_returning_its_key_value_cache_is_refused_with_what_to_do():
     model, batch = zoo.FAMILIES["gpt2"].build()
     model.config.use_cache = True
-    with pytest.raises(aot_ops.PortError, match=r"use_cache=True .* cannot be ported.*kwargs=\{'use_cache': False\}"):
+    with pytest.raises(aot_ops.PortError, match=r"use_cache=True .* not a tensor torch.export carries.*"
+                                                r"aot_ops.from_torch_lm.*kwargs=\{'use_cache': False\}"):
         aot_ops.from_torch(model, (batch["input_ids"],))
     past = transformers.DynamicCache(config=model.config)
     with pytest.raises(aot_ops.PortError, match=r"keyword argument 'past_key_values': the key/value cache"):

@@ -74,6 +74,16 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       later. GRAPH_MODE is not affected.
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
+    return port(model, args, kwargs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes, fuse=fuse,
+                input_grads=input_grads, jit=jit)
+
+
+def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
+         kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
+         fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
+         evaluation_only: str | None = None) -> PortedCell:
+    """from_torch, and for ports made for one use (from_torch_lm: generation), `evaluation_only`: why the cell has
+    no training graph (the training graph is then neither traced nor checked)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -100,10 +110,11 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
 
     programs = {"eval": export(model, inputs, dynamic_shapes, training=False)}
     graphs: dict[str, Graph] = {"eval": read(programs["eval"], graph_shapes=fuse)}
-    refused_training = None
+    refused_training = evaluation_only
     try:
-        programs["train"] = export(model, inputs, dynamic_shapes, training=True)
-        graphs["train"] = read(programs["train"], graph_shapes=fuse)
+        if evaluation_only is None:
+            programs["train"] = export(model, inputs, dynamic_shapes, training=True)
+            graphs["train"] = read(programs["train"], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
             raise

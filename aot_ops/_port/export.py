@@ -199,9 +199,10 @@ def _decompose_refused(program: ExportedProgram) -> ExportedProgram:
 
 # Hugging Face's key/value caches (DynamicCache, ...) are Python objects, not tensors torch.export can carry
 # (transformers registers no pytree for them): a model run with use_cache=True cannot be exported.
-CACHE_ADVICE = ("the key/value cache of use_cache=True (a transformers Cache object) cannot be ported: it is not a "
-                "tensor torch.export carries. Port with kwargs={'use_cache': False} (the logits are the same) and "
-                "decode with aot_ops.generate, which runs the whole sequence each step")
+CACHE_ADVICE = ("the key/value cache of use_cache=True (a transformers Cache object) is not a tensor torch.export "
+                "carries. To decode with a cache, port the model with aot_ops.from_torch_lm(model, batch_size=..., "
+                "max_length=...) (a static cache held by the cell) and call aot_ops.generate; or port with "
+                "kwargs={'use_cache': False} (the logits are the same)")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,138 @@
+"""A causal language model ported with its key/value cache: aot_ops.from_torch_lm.
+
+    lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=256, fuse=True)
+    tokens = aot_ops.generate(lm, input_ids, attention_mask=mask, max_new_tokens=64)
+
+transformers' cache objects are not tensors torch.export can carry, but its StaticCache keeps every layer's keys
+and values in tensors of a fixed size (batch, key/value heads, max_length, head size), written in place at the
+positions given by `cache_position`. Held as buffers of a wrapper module, they are exported as buffers the graph
+updates, which from_torch ports as non-trainable Parameters written back after each call (as BatchNorm's running
+statistics are). The wrapper takes the prompt or one new token (a dynamic sequence length), the attention mask over
+the whole cache (one column per cache position: 1 where a token was written and is attended, 0 for padding and
+positions not yet written) and the positions, and returns the logits of the last position only: decoding needs
+no more, and a token's cost does not grow with the length decoded so far.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .errors import PortError
+
+INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
+
+
+class StaticCacheLM(torch.nn.Module):
+    """`model` (a transformers causal LM) with a StaticCache of `batch_size` x `max_length` as buffers."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int):
+        super().__init__()
+        import inspect
+
+        from transformers import StaticCache
+        from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+        from transformers.integrations.executorch import get_head_shapes
+
+        config = model.config.get_text_config()
+        self.model = model
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters  # not Bloom (ALiBi)
+        self.cache = StaticCache(config=config, max_cache_len=max_length)
+        for k, layer in enumerate(self.cache.layers):
+            if isinstance(layer, StaticSlidingWindowLayer):
+                # A window at least as long as the cache never slides: a plain static layer computes the same.
+                window = getattr(config, "sliding_window", None)
+                if window is not None and window < max_length:
+                    raise PortError(f"from_torch_lm: {type(model).__name__} attends within a sliding window of "
+                                    f"{window} tokens, which a static cache of max_length={max_length} cannot "
+                                    f"hold; port it with max_length <= {window}")
+                self.cache.layers[k] = StaticLayer(max_length)
+        heads, head_size = get_head_shapes(config)
+        # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
+        self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
+        for k, layer in enumerate(self.cache.layers):
+            self.register_buffer(f"key_cache_{k}", layer.keys, persistent=False)
+            self.register_buffer(f"value_cache_{k}", layer.values, persistent=False)
+
+    def forward(self, input_ids, attention_mask, position_ids, cache_position):
+        for k, layer in enumerate(self.cache.layers):
+            # The cache reads and writes the buffers as this module holds them: torch.export swaps a module's
+            # buffers for its own tensors while tracing, and tensors reached only through the cache object would be
+            # taken for constants (whose in-place update cannot be made functional).
+            layer.keys = getattr(self, f"key_cache_{k}")
+            layer.values = getattr(self, f"value_cache_{k}")
+            # Where this call writes: the cache's own counter, made from the input rather than kept as state
+            # (the cache would add the sequence length to it, a size the ported graph need not compute).
+            layer.cumulative_length = cache_position[0].clone()
+        positions = {"position_ids": position_ids} if self.takes_positions else {}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=self.cache, use_cache=True,
+                         **positions)
+        return out.logits[:, -1, :]
+
+
+@dataclasses.dataclass
+class PortedLM:
+    """A causal LM ported with its key/value cache (from_torch_lm): the ported cell, and what decoding needs."""
+
+    cell: Any                      # the PortedCell of StaticCacheLM: (input_ids, mask, positions, cache positions)
+    batch_size: int
+    max_length: int                # the cache's length: prompt and new tokens together
+    vocab_size: int
+    generation_config: Any         # the model's, for the end and padding tokens
+    module_name: str
+
+    def __repr__(self):
+        return (f"PortedLM({self.module_name}, batch_size={self.batch_size}, max_length={self.max_length}, "
+                f"cell={type(self.cell).__name__})")
+
+
+def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: int, fuse: bool | str = False,
+                  jit: bool = True) -> PortedLM:
+    """Ports a transformers causal language model (`...ForCausalLM`) with a key/value cache for `batch_size`
+    sequences of up to `max_length` tokens (prompt and new tokens together), for aot_ops.generate.
+
+    The cache is transformers' StaticCache, held by the ported cell as Parameters it updates in place. One cell takes
+    the prompt (prefill) and each new token (decode), with a dynamic sequence length: per node and `fuse=True`
+    compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (static shapes) and
+    runs the prompt interpreted. `jit`, as from_torch's. Raises PortError naming what cannot be ported."""
+    from . import port
+
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError("from_torch_lm: expected a transformers causal language model (a ...ForCausalLM instance), "
+                        f"got {type(model).__name__}")
+    for name, value in (("batch_size", batch_size), ("max_length", max_length)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"from_torch_lm: {name} must be a positive int, got {value!r}")
+    if max_length < 2:
+        raise ValueError("from_torch_lm: max_length must be at least 2 (a prompt token and a new one)")
+    was_training = model.training
+    model.eval()
+    try:
+        wrapper = StaticCacheLM(model, batch_size, max_length).eval()
+    except Exception as exc:  # noqa: BLE001 - transformers' own error, named
+        raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    try:
+        example = _example(batch_size, max_length)
+        seq = torch.export.Dim("seq", min=1, max=max_length)
+        dynamic = {"input_ids": {1: seq}, "attention_mask": None, "position_ids": {1: seq},
+                   "cache_position": {0: seq}}
+        cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
+                    evaluation_only=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
+                                    "has no training graph; port the model with from_torch to train it")
+    finally:
+        model.train(was_training)
+    vocab = model.config.get_text_config().vocab_size
+    return PortedLM(cell, batch_size, max_length, vocab, getattr(model, "generation_config", None),
+                    type(model).__name__)
+
+
+def _example(batch_size: int, max_length: int) -> dict[str, torch.Tensor]:
+    """Inputs of a prefill of two tokens (a size of 1 would be taken for a constant by torch.export)."""
+    length = min(2, max_length)
+    mask = torch.zeros(batch_size, max_length, dtype=torch.long)
+    mask[:, :length] = 1
+    return {"input_ids": torch.zeros(batch_size, length, dtype=torch.long), "attention_mask": mask,
+            "position_ids": torch.arange(length).expand(batch_size, length).contiguous(),
+            "cache_position": torch.arange(length)}

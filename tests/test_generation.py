@@ -1,0 +1,170 @@
+"""aot_ops.from_torch_lm + aot_ops.generate: causal language models decoding with their key/value cache, against
+transformers' generate: greedy tokens for six decoder families (per node and fused, both modes), sampling (the
+processed scores equal transformers' logits processors; a seed makes it reproducible), end tokens, streaming,
+and the refusals."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import aot_ops
+from aot_ops._port.sampling import Sampling, TokenChooser
+from aot_ops.tools.zoo import _SMALL_DECODER, build_model
+from support import QUICK, to_ms, to_torch
+from test_transformers_use import decoder, left_padded_prompt
+
+NEW_TOKENS = 12
+MAX_LENGTH = 24
+
+# Decoder families beyond the zoo's four, built the zoo's way (small config, random weights).
+EXTRA = {
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(num_key_value_heads=2)),
+    "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(num_key_value_heads=2)),
+}
+FAMILIES = ["llama", "gpt2", "qwen2", "gpt_neox", "mistral", "phi3"]
+
+
+def language_model(name: str) -> torch.nn.Module:
+    if name not in EXTRA:
+        return decoder(name)
+    cls, config, extra = EXTRA[name]
+    model = build_model(cls, config, use_cache=False, **{**_SMALL_DECODER, **extra})
+    torch.manual_seed(0)
+    with torch.no_grad():  # larger weights than the default initialisation: decodings that tell models apart
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(std=0.3)
+    return model
+
+
+class PortedLMs(dict):
+    """Each (family, fuse) ported once per module, on first use."""
+
+    def __missing__(self, key):
+        name, fuse = key
+        model = self[name, not fuse][0] if (name, not fuse) in self else language_model(name)
+        self[key] = model, aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse=fuse)
+        return self[key]
+
+
+@pytest.fixture(scope="module")
+def ported():
+    return PortedLMs()
+
+
+CASES = [(name, fuse) for name in FAMILIES for fuse in (False, True)]
+
+
+@pytest.mark.parametrize("name,fuse", [pytest.param(n, f, marks=() if (n, f) == ("llama", True) else pytest.mark.slow)
+                                       for n, f in CASES], ids=[f"{n}-{'fused' if f else 'per_node'}" for n, f in CASES])
+def test_greedy_tokens_equal_torchs_generate_with_the_cache(name, fuse, ported):
+    model, lm = ported[name, fuse]
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
+    modes = (ms.PYNATIVE_MODE,) if QUICK else (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
+    try:
+        for mode in modes:
+            ms.set_context(mode=mode)
+            for _ in range(2):  # a second generation reuses the cache: what the first left there must not matter
+                tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
+                                          generation_config=model.generation_config)
+                assert to_torch(tokens).tolist() == expected, f"mode {mode}"
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_end_tokens_stop_each_sequence_and_pad_it(ported):
+    model, lm = ported["llama", True]
+    ids, mask = left_padded_prompt()
+    free = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    eos = [int(free[0, 9]), int(free[1, 11])]  # tokens each sequence produces early on
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
+                              pad_token_id=0)
+    tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS, eos_token_id=eos,
+                              pad_token_id=0)
+    assert to_torch(tokens).tolist() == expected.tolist()
+    assert tokens.shape[1] < ids.shape[1] + NEW_TOKENS  # stopped when both had ended
+
+
+SETTINGS = [dict(temperature=0.7), dict(top_k=5), dict(top_p=0.8), dict(repetition_penalty=1.3),
+            dict(temperature=1.5, top_k=20, top_p=0.9, repetition_penalty=0.8), dict()]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=[",".join(f"{k}={v}" for k, v in s.items()) or "defaults"
+                                                    for s in SETTINGS])
+def test_processed_scores_equal_transformers_logits_processors(settings):
+    model = language_model("llama")
+    ids, mask = left_padded_prompt()
+    ids = torch.cat([ids, torch.tensor([[7, 7], [9, 3]])], dim=1)  # repeated tokens after the prompt
+    mask = torch.cat([mask, torch.ones(2, 2, dtype=mask.dtype)], dim=1)
+    # generate's own preparation: the model's config, the call's settings, transformers' defaults
+    config, _ = model._prepare_generation_config(model.generation_config, do_sample=True, **settings)
+    processors = model._get_logits_processor(config, input_ids_seq_length=ids.shape[1], encoder_input_ids=ids,
+                                              logits_processor=transformers.LogitsProcessorList(), device="cpu",
+                                              model_kwargs={"attention_mask": mask})
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 99, generator=gen) * 3
+    expected = processors(ids, logits.clone())
+    defaults = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0}
+    chooser = TokenChooser(Sampling(do_sample=True, **{**defaults, **settings}))
+    ours = chooser.process(logits.numpy(), ids.numpy(), padding=(mask != 0).int().argmax(1).numpy())
+    assert np.array_equal(np.isinf(ours), torch.isinf(expected).numpy())
+    kept = ~np.isinf(ours)
+    np.testing.assert_allclose(ours[kept], expected.numpy()[kept], rtol=1e-6, atol=1e-6)
+
+
+def test_sampling_is_reproducible_with_a_seed(ported):
+    model, lm = ported["llama", True]
+    ids, mask = left_padded_prompt()
+    options = dict(attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.2, top_p=0.95,
+                   generation_config=model.generation_config)
+    first = to_torch(aot_ops.generate(lm, to_ms(ids), seed=3, **options))
+    again = to_torch(aot_ops.generate(lm, to_ms(ids), seed=3, **options))
+    other = to_torch(aot_ops.generate(lm, to_ms(ids), seed=4, **options))
+    greedy = to_torch(aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other) and not torch.equal(first, greedy)
+    assert torch.equal(first[:, :ids.shape[1]], ids) and int(first.max()) < 99
+
+
+def test_the_streamer_yields_the_tokens_as_they_come(ported):
+    _model, lm = ported["llama", True]
+    ids, mask = left_padded_prompt()
+
+    class Recorder:  # transformers' streamer protocol (TextStreamer, TextIteratorStreamer)
+        def __init__(self):
+            self.puts, self.ended = [], 0
+
+        def put(self, value):
+            self.puts.append(value.clone())
+
+        def end(self):
+            self.ended += 1
+
+    recorder, called = Recorder(), []
+    tokens = to_torch(aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=5,
+                                       streamer=recorder))
+    assert recorder.ended == 1 and torch.equal(recorder.puts[0], ids)  # the prompt first, as generate puts it
+    assert torch.equal(torch.stack(recorder.puts[1:], 1), tokens[:, ids.shape[1]:])
+    aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=5, streamer=called.append)
+    assert np.array_equal(np.stack(called, 1), tokens[:, ids.shape[1]:].numpy())
+
+
+def test_what_the_cache_cannot_hold_is_refused_with_what_to_do(ported):
+    _model, lm = ported["llama", True]
+    ids, mask = left_padded_prompt()
+    with pytest.raises(aot_ops.PortError, match=r"need 25 positions, but the key/value cache .* max_length=24; .*"
+                                                r"from_torch_lm\(\.\.\., max_length=25\)"):
+        aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=19)
+    with pytest.raises(aot_ops.PortError, match=r"batch_size=2; got 1 sequences"):
+        aot_ops.generate(lm, to_ms(ids[:1]), max_new_tokens=2)
+    with pytest.raises(aot_ops.PortError, match=r"num_beams=2 is not supported: beam search"):
+        aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2, num_beams=2)
+    with pytest.raises(aot_ops.PortError, match=r"no training graph"):
+        lm.cell.set_train(True)
+    tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2)  # still works
+    assert tokens.shape == (2, 8)

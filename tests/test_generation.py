@@ -168,3 +168,29 @@ def test_what_the_cache_cannot_hold_is_refused_with_what_to_do(ported):
         lm.cell.set_train(True)
     tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2)  # still works
     assert tokens.shape == (2, 8)
+
+
+@pytest.mark.slow  # AOTInductor compiles the one-token step (seconds to a minute, then from the build cache)
+def test_compiled_one_token_step_decodes_like_torch():
+    from aot_ops._port.compiled import is_compiled
+
+    model = language_model("qwen2")
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    lm = aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse="compile")
+    try:
+        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+            ms.set_context(mode=mode)
+            tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS)
+            assert to_torch(tokens).tolist() == expected
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    program = lm.cell._spec.fused["eval"].inference
+    # compiled for the one-token step; the interpreted nodes are kept for the prompt's sizes
+    assert is_compiled(program) and "program_nodes" in program.attrs
+    flat, shapes = list(program.attrs["program_input_shapes"]), []
+    while flat:
+        rank = flat.pop(0)
+        shapes.append(tuple(flat[:rank]))
+        del flat[:rank]
+    assert (2, 1) in shapes and (2, MAX_LENGTH) in shapes and (2, 2) not in shapes, shapes  # the step, not the prompt

@@ -81,9 +81,12 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-         evaluation_only: str | None = None) -> PortedCell:
-    """from_torch, and for ports made for one use (from_torch_lm: generation), `evaluation_only`: why the cell has
-    no training graph (the training graph is then neither traced nor checked)."""
+         evaluation_only: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None) -> PortedCell:
+    """from_torch, and for ports made for one use (from_torch_lm: generation): `evaluation_only`, why the cell has
+    no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
+    inference-only cell); `compile_inputs`, with
+    fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; other
+    sizes run interpreted)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -99,7 +102,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if fuse not in (False, True, "compile"):
         raise ValueError(f"from_torch: fuse={fuse!r}; give False (one aot call per node), True (one per graph) or "
                          "'compile' (one per graph, compiled by torch's Inductor)")
-    if fuse == "compile" and (dynamic_batch or dynamic_shapes is not None):
+    if fuse == "compile" and (dynamic_batch or dynamic_shapes is not None) and compile_inputs is None:
         raise PortError("from_torch: fuse='compile' needs static shapes (AOTInductor compiles for the example's "
                         "sizes): port with fuse=True for dynamic_batch/dynamic_shapes, or port each size you need")
     if dynamic_batch:
@@ -127,15 +130,19 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
         from .fused import fuse as fuse_graph
 
         fused = {mode: fuse_graph(programs[mode], graphs[mode], model, args, f"{name} ({_MODE_LABELS[mode]})",
-                                  input_grads)
+                                  input_grads, inference_only=evaluation_only is not None)
                  for mode in graphs}
+        if compile_inputs is not None:
+            for mode, graph in fused.items():
+                graph.compile_sizes = _size_values(programs[mode], compile_inputs)
 
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state = _state_entries(model)
     aliases = {e.key: e.alias_of for e in state if e.alias_of}
     structure = Structure(modules, (entry.key for entry in state))
     source = generate(_class_name(name), name, graphs, refused_training,
-                      lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads)
+                      lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
+                      differentiable=evaluation_only is None)
     cls, path = _load_class(_class_name(name), source)
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
@@ -189,6 +196,20 @@ def _batch_dimensions(model: torch.nn.Module, args: tuple, kwargs: dict[str, tor
 
     bound = inspect.signature(model.forward).bind(*args, **kwargs)
     return {name: spec(value) for name, value in bound.arguments.items()}
+
+
+def _size_values(program, shapes: dict[str, tuple[int, ...]]) -> dict:
+    """Size symbol -> value, read off the exported program's user inputs given these concrete shapes."""
+    values = {}
+    placeholders = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    for spec in program.graph_signature.input_specs:
+        shape = shapes.get(spec.arg.name) if spec.kind.name == "USER_INPUT" else None
+        if shape is None:
+            continue
+        for size, value in zip(placeholders[spec.arg.name].shape, shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                values[size.node.expr] = value
+    return values
 
 
 def _same(a: Graph, b: Graph) -> bool:

@@ -25,12 +25,14 @@ _LINE = 118
 
 
 def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
-             state_expr: Callable[[str], str], fused: dict | None = None, input_grads: bool = True) -> str:
+             state_expr: Callable[[str], str], fused: dict | None = None, input_grads: bool = True,
+             differentiable: bool = True) -> str:
     """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
     when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
     Parameter ("self.layer1[0].conv1.weight"). `fused` (fuse=True) maps the same modes to their fused.FusedGraph:
     each forward method is then one program call, and a bprop per mode calls the backward program.
-    `input_grads=False`: construct passes the floating inputs through ops.stop_gradient."""
+    `input_grads=False`: construct passes the floating inputs through ops.stop_gradient. `differentiable=False`
+    (an inference-only port): the updated buffers are not copied for a backward that never runs."""
     first = next(iter(graphs.values()))
     counts = ", ".join(f"{len(g.operators)} in {_MODE_WORDS[m]}" for m, g in graphs.items())
     out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
@@ -95,9 +97,9 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
     for mode, graph in graphs.items():
         out.append("")
         if fused:
-            out.extend(_fused_forward(mode, graph, fused[mode], state_expr))
+            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, differentiable))
         else:
-            out.extend(_forward(mode, graph, state_expr))
+            out.extend(_forward(mode, graph, state_expr, differentiable))
     if _has_dict(first.out_spec):
         out.extend(_flat_twin(class_name, params, first.out_spec))
     return "\n".join(out) + "\n"
@@ -139,21 +141,24 @@ _OPS = {"train": "train", "eval": "eval_", "both": "both"}
 _MODE_WORDS = {"train": "training", "eval": "evaluation", "both": "both modes"}
 
 
-def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str]) -> tuple[list[str], dict[str, str]]:
+def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str],
+                          differentiable: bool = True) -> tuple[list[str], dict[str, str]]:
     """Lines reading each buffer the graph updates into a copy first, and buffer key -> that copy's name.
 
     A Parameter passed to an operator reaches its bprop by reference: the bprop runs after the forward's Assign and,
     in PyNative, read the new value (`self.r = self.r * 0.5` after using r gave wrong gradients). The copy is taken
-    before the Assign, so forward and backward see the value torch used."""
+    before the Assign, so forward and backward see the value torch used. Without a backward no copy is needed."""
     lines, names = [], {}
+    if not differentiable:
+        return lines, names
     for k, key in enumerate(sorted(updated)):
         names[key] = f"_buffer_read_{k}"
         lines.append(f"        {names[key]} = _ops.deepcopy({state_expr(key)})")
     return lines, names
 
 
-def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[str]:
-    read_lines, copies = _updated_buffer_reads({key for key, _ in graph.buffer_updates}, state_expr)
+def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], differentiable: bool = True) -> list[str]:
+    read_lines, copies = _updated_buffer_reads({key for key, _ in graph.buffer_updates}, state_expr, differentiable)
 
     def value(name: str) -> str:
         if name in graph.state:
@@ -182,9 +187,10 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str]) -> list[
     return lines
 
 
-def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str]) -> list[str]:
+def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str],
+                   differentiable: bool = True) -> list[str]:
     """forward_<mode> as one program call, then the buffer updates, then the outputs."""
-    read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr)
+    read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr, differentiable)
 
     def value(kind: str, name: str) -> str:
         return {"state": lambda: copies.get(name) or state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",

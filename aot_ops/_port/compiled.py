@@ -87,28 +87,45 @@ class _Program(torch.nn.Module):
         return tuple(outs[k] for k in self.picks)
 
 
-def compile_program(program: Program, source: GraphSource) -> Program:
-    """`program` with its body replaced by an AOTInductor package (compiled, or found in the cache). Raises on
-    any failure."""
+def compile_program(program: Program, source: GraphSource, sizes: dict | None = None) -> Program:
+    """`program` with its body replaced by an AOTInductor package (compiled, or found in the cache). With dynamic
+    sizes, `sizes` gives each size symbol's value in the one signature compiled, and the program keeps its nodes
+    for every other size. Raises on any failure."""
     name = program.attrs["program_name"]
     if len(source.inputs) != program.num_inputs:
         raise ValueError(f"{name}: {len(source.inputs)} example inputs for {program.num_inputs} program inputs")
     if any(dtype is None for _shape, dtype in source.inputs):
         raise ValueError(f"{name}: an input of the graph is not a tensor")
-    examples = tuple(torch.zeros(shape, dtype=dtype) for shape, dtype in source.inputs)
+    dynamic = any(isinstance(n, torch.SymInt) for shape, _ in source.inputs for n in shape)
+    shapes = [_concrete(shape, sizes or {}, name) for shape, _ in source.inputs]
+    examples = tuple(torch.zeros(shape, dtype=dtype) for shape, (_, dtype) in zip(shapes, source.inputs))
     key = _key(source, examples)
     package = _package(key, name, source, examples)
-    attrs = {k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes")}
+    attrs = dict(program.attrs) if dynamic else {k: v for k, v in program.attrs.items()
+                                                 if k not in ("program_nodes", "program_num_nodes")}
     attrs["program_package"] = str(package)
-    attrs["program_input_shapes"] = [n for shape, _ in source.inputs for n in (len(shape), *shape)]
+    attrs["program_input_shapes"] = [n for shape in shapes for n in (len(shape), *shape)]
     attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
     return Program(with_key(attrs), program.num_inputs, list(program.out_dtypes))
 
 
-def compiled_or_interpreted(program: Program, source: GraphSource) -> Program:
+def _concrete(shape: tuple, sizes: dict, name: str) -> tuple[int, ...]:
+    """A shape whose symbolic sizes are evaluated with `sizes` (size symbol -> value)."""
+    concrete = []
+    for n in shape:
+        if isinstance(n, torch.SymInt):
+            value = n.node.expr.subs(sizes)
+            if not value.is_number:
+                raise ValueError(f"{name}: the size {n.node.expr} is dynamic and no value to compile it for was given")
+            n = int(value)
+        concrete.append(int(n))
+    return tuple(concrete)
+
+
+def compiled_or_interpreted(program: Program, source: GraphSource, sizes: dict | None = None) -> Program:
     """compile_program, or `program` itself with a CompileFallbackWarning when it cannot be compiled."""
     try:
-        return compile_program(program, source)
+        return compile_program(program, source, sizes)
     except Exception as exc:  # noqa: BLE001 - any failure of export or Inductor: the interpreted program runs
         reason = f"{type(exc).__name__}: {_first_lines(str(exc))}"
         warnings.warn(f"{program.attrs['program_name']}: not compiled, runs interpreted (as fuse=True): {reason}",
@@ -117,6 +134,7 @@ def compiled_or_interpreted(program: Program, source: GraphSource) -> Program:
 
 
 def is_compiled(program: Program) -> bool:
+    """Whether a package runs the program (for every input, or with dynamic sizes for the signature compiled)."""
     return "program_package" in program.attrs
 
 

@@ -32,8 +32,8 @@ from .program import Program, build
 class FusedGraph:
     """The two programs of one mode, and how the cell wires them."""
 
-    forward: Program
-    backward: Program | None                  # None: no output is differentiable
+    forward: Program | None                   # None: ported for inference only (the inference program runs)
+    backward: Program | None                  # None: no output is differentiable, or inference only
     inputs: list[tuple[str, str]]             # per forward input: ("state", key) | ("constant", name) | ("input", name)
     constants: dict[str, torch.Tensor]        # values of the ("constant", name) inputs
     buffer_updates: list[tuple[str, int]]     # (buffer key, forward output position)
@@ -51,6 +51,9 @@ class FusedGraph:
     # Each program's graph as a torch module, for fuse="compile" (compiled.py): "forward", "backward", "inference".
     sources: dict[str, GraphSource] = field(default_factory=dict, repr=False)
     compile_tried: set[str] = field(default_factory=set)
+    # With dynamic sizes: the value each size symbol takes in the one signature fuse="compile" compiles (the other
+    # sizes run the interpreted nodes, which the program keeps).
+    compile_sizes: dict | None = None
 
     def compile(self, which: tuple[str, ...]) -> bool:
         """Replaces the programs named in `which` by compiled ones (fuse="compile"), each tried once; one that does
@@ -61,16 +64,22 @@ class FusedGraph:
             if program is None or name in self.compile_tried or name not in self.sources:
                 continue
             self.compile_tried.add(name)
-            compiled = compiled_or_interpreted(program, self.sources[name])
+            compiled = compiled_or_interpreted(program, self.sources[name], self.compile_sizes)
             setattr(self, name, compiled)
             replaced = replaced or compiled is not program
         return replaced
 
 
 def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: tuple, label: str,
-         input_grads: bool = True) -> FusedGraph:
+         input_grads: bool = True, inference_only: bool = False) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `label` names them in errors.
-    `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters)."""
+    `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters).
+    `inference_only`: the inference program alone (no gradient will be asked: AOTAutograd is not run)."""
+    output_specs = program.graph_signature.output_specs
+    if inference_only:
+        fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
+        _add_inference(fused, program, graph, label)
+        return fused
     flat = _flat_inputs(program, model, args, input_grads)
     captured: dict[str, torch.fx.GraphModule] = {}
 
@@ -124,10 +133,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     for spec in specs:
         if spec.kind == InputKind.CONSTANT_TENSOR:
             constants[f"lifted_{spec.arg.name}"] = program.constants[spec.target]
-    output_specs = program.graph_signature.output_specs
-    buffer_updates = [(spec.target, k) for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
-    user_outputs = [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
-    fused = FusedGraph(forward, None, inputs, constants, buffer_updates, user_outputs)
+    fused = FusedGraph(forward, None, inputs, constants, _buffer_updates(output_specs), _user_outputs(output_specs))
     fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
                                            _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
     _add_inference(fused, program, graph, label)
@@ -158,6 +164,14 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
         k += name is not None
     fused.grads = grads + [None] * len(fgraph.constants)
     return fused
+
+
+def _buffer_updates(output_specs) -> list[tuple[str, int]]:
+    return [(spec.target, k) for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
+
+
+def _user_outputs(output_specs) -> list[int]:
+    return [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
 
 
 def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, label: str) -> None:

@@ -118,9 +118,13 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
         seq = torch.export.Dim("seq", min=1, max=max_length)
         dynamic = {"input_ids": {1: seq}, "attention_mask": None, "position_ids": {1: seq},
                    "cache_position": {0: seq}}
+        # fuse="compile": the one-token step is compiled (static shapes), the prompt runs interpreted
+        step = {"input_ids": (batch_size, 1), "attention_mask": (batch_size, max_length),
+                "position_ids": (batch_size, 1), "cache_position": (1,)}
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                     evaluation_only=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
-                                    "has no training graph; port the model with from_torch to train it")
+                                    "has no training graph; port the model with from_torch to train it",
+                    compile_inputs=step if fuse == "compile" else None)
     finally:
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size

@@ -14,7 +14,9 @@
 //   program_nodes        str        the nodes' attributes below, packed (ms_ext::Attrs::unpack): MindSpore converts
 //                                   each attribute on every PyNative call, and a program has over a thousand
 //   program_package      str        instead of the nodes (fuse="compile"): the folder of an unpacked AOTInductor
-//                                   package computing the outputs from the inputs (aot_ops/_port/compiled.py)
+//                                   package computing the outputs from the inputs (aot_ops/_port/compiled.py); with
+//                                   the nodes too (dynamic sizes), it runs the inputs it was compiled for and the
+//                                   nodes run every other size
 //   program_input_shapes int list   with a package: each input's rank then its sizes, as compiled
 //   program_input_dtypes str        with a package: each input's dtype (MindSpore's names), comma-separated
 // and packed in program_nodes:
@@ -100,6 +102,16 @@ struct CompiledBody {
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(attrs.get<std::string>("program_package"));
   }
 
+  // Whether the package was compiled for exactly these inputs (with dynamic sizes, other sizes run the nodes).
+  bool accepts(const std::vector<at::Tensor> &inputs) const {
+    if (inputs.size() != shapes.size()) return false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].sizes() != c10::IntArrayRef(shapes[i]) || inputs[i].scalar_type() != dtypes[i] ||
+          !inputs[i].is_contiguous())
+        return false;
+    return true;
+  }
+
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
     if (inputs.size() != shapes.size())
       throw std::invalid_argument(std::to_string(inputs.size()) + " inputs, the compiled program takes " +
@@ -128,7 +140,9 @@ struct Program {
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
   std::vector<int64_t> outputs;
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
-  std::unique_ptr<const CompiledBody> compiled;  // program_package: runs instead of the nodes
+  // program_package: runs instead of the nodes; with the nodes too (dynamic sizes), for the inputs it was
+  // compiled for, the nodes running every other size.
+  std::unique_ptr<const CompiledBody> compiled;
 
   explicit Program(const ms_ext::Attrs &attrs)
       : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
@@ -140,7 +154,7 @@ struct Program {
         throw std::runtime_error("cannot load the compiled package " + attrs.get<std::string>("program_package") +
                                  ": " + ms_ext::detail::describe_current_exception());
       }
-      return;
+      if (!attrs.has("program_nodes")) return;
     }
     num_slots = num_inputs;
     const int64_t count = attrs.get<int64_t>("program_num_nodes");
@@ -167,7 +181,7 @@ struct Program {
 
   // Runs every node; the results of the output slots, in order.
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
-    if (compiled) return compiled->run(inputs);
+    if (compiled && (nodes.empty() || compiled->accepts(inputs))) return compiled->run(inputs);
     // No tensor of a program outlives its launch (results are copied into MindSpore's buffers), so the dispatcher
     // may skip autograd and view tracking for every node.
     c10::InferenceMode inference;

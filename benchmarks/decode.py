@@ -1,0 +1,150 @@
+"""Decoding speed of a causal LM ported with its key/value cache (aot_ops.from_torch_lm), against torch (CPU).
+
+    .venv/bin/python benchmarks/decode.py [--threads 1] [--new 128,512] [--rounds 3]
+    .venv/bin/python benchmarks/decode.py --plot docs/decode.png [--lengths 32,64,128,256,512]
+
+The model: a 4-layer Qwen2 (hidden 256, 8 heads, 2 key/value heads, intermediate 512, vocab 1000) with random
+weights, batch 1, a prompt of 16 tokens, greedy decoding of exactly N new tokens (no end token). Rows: torch's
+`generate` (its dynamic cache; torch.no_grad), then the port through `aot_ops.generate`: per node, fused and
+compiled (`from_torch_lm(..., fuse=...)`: the one-token step compiled by AOTInductor, the prompt interpreted), in
+PyNative (each call one compiled graph, the default) and GRAPH_MODE, each ported for its N with a cache of 16 + N
+positions (a static cache is sized at port time: attention reads all of it at every step); and, for reference, the fused port without a cache (from_torch with use_cache=False and a dynamic
+sequence: every step runs the whole sequence), GRAPH_MODE. Each figure is new tokens per second over a whole
+`generate` call (prefill included), the median of --rounds calls after one warm-up call (which compiles), and the
+median ratio to torch's, each call timed right after one of torch's (the machine's speed drifts within minutes). Every port's tokens are checked against torch's first.
+`--plot`: tokens/s against the number of new tokens, for each row, into a PNG.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import mindspore as ms
+import torch
+import transformers
+
+import aot_ops
+from aot_ops._core.convert import to_ms, to_torch
+
+PROMPT = 16
+
+
+def qwen2() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                                      use_cache=True)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None  # exactly max_new_tokens every time
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def seconds_of(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def measure(lengths: list[int], rounds: int) -> tuple[dict, dict]:
+    """(row name -> {new tokens: median tokens per second}, row name -> {new tokens: median ratio to torch}).
+    Each port's rounds alternate with torch's (a round of each, `rounds` times): the machine's speed drifts by
+    tens of percent within minutes, and each ratio compares two calls made seconds apart."""
+    model = qwen2()
+    ids = torch.randint(3, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    ids_ms, mask_ms = to_ms(ids), to_ms(mask)
+    rates: dict[str, dict[int, float]] = {}
+    ratios: dict[str, dict[int, float]] = {}
+    torch_times: dict[int, list[float]] = {n: [] for n in lengths}
+
+    def torch_call(n):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False)
+
+    def record(name, n, call, expected=None):
+        out = call()  # warm-up: compiles
+        if expected is not None and to_torch(out).tolist() != expected:
+            raise SystemExit(f"{name}: tokens differ from torch's")
+        ours, theirs = [], []
+        for _ in range(rounds):
+            theirs.append(seconds_of(lambda: torch_call(n)))
+            ours.append(seconds_of(call))
+        torch_times[n].extend(theirs)
+        rates.setdefault(name, {})[n] = n / statistics.median(ours)
+        ratios.setdefault(name, {})[n] = statistics.median(t / o for t, o in zip(theirs, ours))
+
+    expected = {n: torch_call(n).tolist() for n in lengths}
+    for fuse, label in ((False, "per node"), (True, "fused"), ("compile", "compiled")):
+        for n in lengths:
+            lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=PROMPT + n, fuse=fuse)
+            for mode, mode_name in ((ms.PYNATIVE_MODE, "PyNative"), (ms.GRAPH_MODE, "GRAPH_MODE")):
+                ms.set_context(mode=mode)
+                record(f"{mode_name}, {label}", n,
+                       lambda: aot_ops.generate(lm, ids_ms, attention_mask=mask_ms, max_new_tokens=n), expected[n])
+                ms.set_context(mode=ms.PYNATIVE_MODE)
+    # the port without a cache: every step runs the whole sequence
+    seq = torch.export.Dim("seq", min=2, max=PROMPT + max(lengths))
+    cell = aot_ops.from_torch(model, (), {"input_ids": ids, "attention_mask": mask, "use_cache": False},
+                              dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}}, fuse=True)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    record("GRAPH_MODE, fused, no cache", lengths[0],
+           lambda: aot_ops.generate(cell, ids_ms, attention_mask=mask_ms, max_new_tokens=lengths[0]),
+           expected[lengths[0]])
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    rates = {"torch generate (its cache)": {n: n / statistics.median(t) for n, t in torch_times.items()}, **rates}
+    ratios["torch generate (its cache)"] = {n: 1.0 for n in lengths}
+    return rates, ratios
+
+
+def plot(path: str, rates: dict[str, dict[int, float]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, by_length in rates.items():
+        lengths = sorted(by_length)
+        axes.plot(lengths, [by_length[n] for n in lengths], marker="o", label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("new tokens (prompt 16, batch 1)")
+    axes.set_ylabel("tokens / s (whole generate call)")
+    axes.set_title(f"4-layer Qwen2 (hidden 256), greedy; torch {torch.get_num_threads()} thread(s), "
+                   f"{os.cpu_count()} CPUs", fontsize=9)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--new", default="128,512", help="numbers of new tokens (default 128,512)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="timed calls per figure, each beside one of torch's; medians (default 5)")
+    parser.add_argument("--plot", metavar="PNG", help="draw tokens/s against the number of new tokens into PNG")
+    parser.add_argument("--lengths", default="32,64,128,256,512", help="numbers of new tokens of --plot")
+    options = parser.parse_args(argv)
+    torch.set_num_threads(options.threads)
+    ms.set_device("CPU")
+    lengths = [int(n) for n in (options.lengths if options.plot else options.new).split(",")]
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    rates, ratios = measure(lengths, options.rounds)
+    print(f"{'':<32}" + "".join(f"{f'{n} new':>22}" for n in lengths))
+    for name, by_length in rates.items():
+        cells = "".join(f"{by_length[n]:>11.0f} tok/s {ratios[name][n]:>4.2f}x" if n in by_length else
+                        f"{'-':>22}" for n in lengths)
+        print(f"{name:<32}{cells}")
+    if options.plot:
+        plot(options.plot, rates)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

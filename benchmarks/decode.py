@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/decode.py [--threads 1] [--new 128,512] [--rounds 3]
     .venv/bin/python benchmarks/decode.py --plot docs/decode.png [--lengths 32,64,128,256,512]
+    .venv/bin/python benchmarks/decode.py --breakdown [--new 128]
 
 The model: a 4-layer Qwen2 (hidden 256, 8 heads, 2 key/value heads, intermediate 512, vocab 1000) with random
 weights, batch 1, a prompt of 16 tokens, greedy decoding of exactly N new tokens (no end token). Rows: torch's
@@ -13,6 +14,9 @@ sequence: every step runs the whole sequence), GRAPH_MODE. Each figure is new to
 `generate` call (prefill included), the median of --rounds calls after one warm-up call (which compiles), and the
 median ratio to torch's, each call timed right after one of torch's (the machine's speed drifts within minutes). Every port's tokens are checked against torch's first.
 `--plot`: tokens/s against the number of new tokens, for each row, into a PNG.
+`--breakdown`: where one decode step's time goes (a cache of 16 + N positions, GRAPH_MODE): the ported cell's
+call, the program inside it (aot_ops.program_seconds), and torch eager's forward of the same step (the model with
+the same StaticCache, no generate loop), interleaved in --rounds blocks of 200 calls.
 """
 from __future__ import annotations
 
@@ -23,10 +27,12 @@ import sys
 import time
 
 import mindspore as ms
+import numpy as np
 import torch
 import transformers
 
 import aot_ops
+from aot_ops import aten
 from aot_ops._core.convert import to_ms, to_torch
 
 PROMPT = 16
@@ -100,6 +106,66 @@ def measure(lengths: list[int], rounds: int) -> tuple[dict, dict]:
     return rates, ratios
 
 
+class _FloorCell(ms.nn.Cell):
+    """MindSpore's cost of calling a graph: one aot operator (aten::add of 8 numbers) and 8 Parameter assignments,
+    as a decode step's graph has one program and the 8 cache assignments of a 4-layer model."""
+
+    def __init__(self):
+        super().__init__()
+        self.add = aten.op("aten::add.Tensor")
+        self.caches = ms.ParameterTuple(ms.Parameter(ms.Tensor(np.zeros((1, 8), np.float32)), name=f"cache{i}")
+                                        for i in range(8))
+        self.assign = ms.ops.Assign()
+
+    def construct(self, x):
+        y = self.add(x, x)
+        for cache in self.caches:
+            self.assign(cache, y)
+        return y
+
+
+def breakdown(new: int, rounds: int) -> None:
+    """Milliseconds per one-token step: the ported cell's call and its program, fused and compiled, GRAPH_MODE,
+    against torch eager's forward of the same wrapped model (blocks of 200 calls, interleaved; medians)."""
+    from aot_ops._port.kv_cache import StaticCacheLM
+
+    model = qwen2()
+    length = PROMPT + new
+    position = PROMPT + new // 2
+    step = {"input_ids": torch.tensor([[7]]), "attention_mask": torch.ones(1, length, dtype=torch.long),
+            "position_ids": torch.tensor([[position]]), "cache_position": torch.tensor([position])}
+    wrapped = StaticCacheLM(model, 1, length).eval()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    cells = {label: aot_ops.from_torch_lm(model, batch_size=1, max_length=length, fuse=fuse).cell
+             for fuse, label in ((True, "fused"), ("compile", "compiled"))}
+    args = [to_ms(step[k]) for k in ("input_ids", "attention_mask", "position_ids", "cache_position")]
+    floor, small = _FloorCell(), ms.Tensor(np.zeros((1, 8), np.float32))
+    calls = 200
+    figures: dict[str, list[float]] = {}
+
+    def timed(name, call):
+        call()
+        spent, start = aot_ops.program_seconds(), time.perf_counter()
+        for _ in range(calls):
+            out = call()
+        if isinstance(out, ms.Tensor):
+            out.asnumpy()
+        figures.setdefault(name, []).append((time.perf_counter() - start) / calls * 1e3)
+        figures.setdefault(name + ": program", []).append((aot_ops.program_seconds() - spent) / calls * 1e3)
+
+    for _ in range(rounds):
+        with torch.no_grad():
+            timed("torch eager forward", lambda: wrapped(**step))
+        for label, cell in cells.items():
+            timed(f"GRAPH_MODE, {label}", lambda: cell(*args))
+        timed("GRAPH_MODE floor: 1 operator, 8 Assign", lambda: floor(small))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    print(f"one decode step, cache of {length} positions, ms per call (median of {rounds} blocks of {calls}):")
+    for name, values in figures.items():
+        if not name.endswith(("forward: program", "Assign: program")):
+            print(f"  {name:<42}{statistics.median(values):>7.2f}")
+
+
 def plot(path: str, rates: dict[str, dict[int, float]]) -> None:
     import matplotlib
 
@@ -129,6 +195,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5,
                         help="timed calls per figure, each beside one of torch's; medians (default 5)")
     parser.add_argument("--plot", metavar="PNG", help="draw tokens/s against the number of new tokens into PNG")
+    parser.add_argument("--breakdown", action="store_true", help="where a decode step's time goes")
     parser.add_argument("--lengths", default="32,64,128,256,512", help="numbers of new tokens of --plot")
     options = parser.parse_args(argv)
     torch.set_num_threads(options.threads)
@@ -136,6 +203,8 @@ def main(argv=None):
     lengths = [int(n) for n in (options.lengths if options.plot else options.new).split(",")]
     print(f"torch {torch.__version__} ({torch.get_num_threads()} thread(s)), mindspore {ms.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    if options.breakdown:
+        return breakdown(lengths[0], options.rounds)
     rates, ratios = measure(lengths, options.rounds)
     print(f"{'':<32}" + "".join(f"{f'{n} new':>22}" for n in lengths))
     for name, by_length in rates.items():

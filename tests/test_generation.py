@@ -77,6 +77,26 @@ def test_greedy_tokens_equal_torchs_generate_with_the_cache(name, fuse, ported):
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_half_precision_model_generates_torchs_tokens_in_both_modes(dtype):
+    """The cache in bfloat16 (MindSpore's CPU Assign has no bfloat16 kernel: the cell copies in place instead) and
+    in float16; the logits are widened on the host to choose the next token."""
+    model = language_model("llama").to(dtype)
+    lm = aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse=True)
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
+    try:
+        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+            ms.set_context(mode=mode)
+            tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
+                                      generation_config=model.generation_config)
+            assert to_torch(tokens).tolist() == expected, f"mode {mode}"
+            assert lm.cell.key_cache_0.dtype == {torch.bfloat16: ms.bfloat16, torch.float16: ms.float16}[dtype]
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
 def test_end_tokens_stop_each_sequence_and_pad_it(ported):
     model, lm = ported["llama", True]
     ids, mask = left_padded_prompt()

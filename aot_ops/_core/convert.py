@@ -8,9 +8,20 @@ import torch
 
 def to_ms(t: torch.Tensor) -> ms.Tensor:
     t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
-        return ms.Tensor(t.float().numpy()).astype(ms.bfloat16)
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits travel as int16 (one copy, no widening)
+        return ms.Tensor(t.view(torch.int16).numpy()).view(ms.bfloat16)
     return ms.Tensor(t.numpy())
+
+
+def ms_view(t: torch.Tensor) -> ms.Tensor:
+    """A MindSpore Tensor over `t`'s own memory (no copy; `t` must be contiguous and stay alive while it is used):
+    for a value MindSpore copies at once, such as a Parameter's initial data, so that a model's weights are not
+    held three times while a cell is built."""
+    if not t.is_contiguous():
+        raise ValueError("ms_view: the tensor must be contiguous")
+    if t.dtype == torch.bfloat16:
+        return ms.Tensor.from_numpy(t.detach().view(torch.int16).numpy()).view(ms.bfloat16)
+    return ms.Tensor.from_numpy(t.detach().numpy())
 
 
 def to_torch(x: ms.Tensor) -> torch.Tensor:

@@ -137,7 +137,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
                 graph.compile_sizes = _size_values(programs[mode], compile_inputs)
 
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
-    state = _state_entries(model)
+    state, initial_state = _state_entries(model)
     aliases = {e.key: e.alias_of for e in state if e.alias_of}
     structure = Structure(modules, (entry.key for entry in state))
     source = generate(_class_name(name), name, graphs, refused_training,
@@ -152,7 +152,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
         refused_training=refused_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_programs=fuse == "compile", jit=jit)
-    cell = cls(spec)
+    cell = cls(spec, initial_state)
     cell.source_file = str(path)
     return cell
 
@@ -218,15 +218,18 @@ def _same(a: Graph, b: Graph) -> bool:
             and all(torch.equal(a.constants[k], b.constants[k]) for k in a.constants))
 
 
-def _state_entries(model: torch.nn.Module) -> list[StateEntry]:
-    """Every parameter and buffer, persistent ones in state_dict order; tied tensors as aliases of the first key."""
+def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, torch.Tensor]]:
+    """Every parameter and buffer, persistent ones in state_dict order, tied tensors as aliases of the first key;
+    and their tensors by key (the cell's initial values, which the port does not keep)."""
     entries: list[StateEntry] = []
+    tensors: dict[str, torch.Tensor] = {}
     first_key: dict[int, str] = {}
 
     def add(key: str, tensor: torch.Tensor, persistent: bool):
         trainable = isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad
         alias = first_key.setdefault(id(tensor), key)
-        entries.append(StateEntry(key, tensor.detach(), trainable, persistent, None if alias == key else alias))
+        entries.append(StateEntry(key, trainable, persistent, None if alias == key else alias))
+        tensors[key] = tensor.detach()
 
     persistent = model.state_dict(keep_vars=True)
     for key, tensor in persistent.items():
@@ -234,7 +237,7 @@ def _state_entries(model: torch.nn.Module) -> list[StateEntry]:
     for key, tensor in model.named_buffers(remove_duplicate=False):
         if key not in persistent:
             add(key, tensor, False)
-    return entries
+    return entries, tensors
 
 
 def _class_name(module_name: str) -> str:

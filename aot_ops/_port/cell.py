@@ -23,7 +23,7 @@ from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
-from .._core.convert import to_ms, to_torch
+from .._core.convert import ms_view, to_ms, to_torch
 from .._build.bundled import library_path
 from .._core.opdef import FRESH, OpDef
 from .._core.primitive import CALL_LOCK, AotOp, CppInference
@@ -34,8 +34,10 @@ from .graph_entry import PyNativeGraph, sync_phase
 
 @dataclass
 class StateEntry:
+    """One parameter or buffer of the ported module. Its value is not kept here: the cell's Parameter holds it, and
+    nothing a port keeps holds the torch module's tensors (deleting the module frees them)."""
+
     key: str                      # the state_dict key ("encoder.linear1.weight")
-    tensor: torch.Tensor
     trainable: bool               # a parameter with requires_grad (buffers never are)
     persistent: bool = True       # in the module's state_dict (non-persistent buffers are not)
     alias_of: str | None = None   # a tied weight: the key of the entry holding the same tensor
@@ -114,25 +116,37 @@ class OperatorSet(_Structural, nn.Cell):
         return f"OperatorSet({self.count()} bridged operators, {self.mode})"
 
 
+class StateWrite(nn.Cell):
+    """`self.assign(parameter, value)` of the generated code: a buffer update (BatchNorm's running statistics, a
+    key/value cache). MindSpore's CPU Assign has no bfloat16 kernel; the in-place copy does (the branch is decided
+    when the graph is compiled)."""
+
+    def construct(self, parameter, value):
+        if parameter.dtype == ms.bfloat16:
+            return parameter.copy_(value)
+        return ops.assign(parameter, value)
+
+
 class PortedCell(nn.Cell):
     """Base of every cell aot_ops.from_torch generates."""
 
     module_name = "Module"
 
-    def __init__(self, spec: PortSpec):
+    def __init__(self, spec: PortSpec, initial_state: Mapping[str, torch.Tensor]):
+        """`initial_state`: the module's tensors by state key, copied into the cell's Parameters (not kept)."""
         super().__init__()
         self._spec = spec
         self._build_modules(spec)
         self._parameters: dict[str, ms.Parameter] = {}
         for entry in spec.state:
             if entry.alias_of is None:
-                self._parameters[entry.key] = self._add_parameter(entry)
+                self._parameters[entry.key] = self._add_parameter(entry, initial_state[entry.key])
         for entry in spec.state:
             if entry.alias_of is not None:
                 self._parameters[entry.key] = self._parameters[entry.alias_of]
         for name, tensor in spec.constants.items():
             setattr(self, f"const_{name}", to_ms(tensor))
-        self.assign = ops.Assign()
+        self.assign = StateWrite()
         if spec.compile_programs:
             self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():
@@ -290,11 +304,13 @@ class PortedCell(nn.Cell):
             cells[path] = cell
         self._cells_by_path = cells
 
-    def _add_parameter(self, entry: StateEntry) -> ms.Parameter:
+    def _add_parameter(self, entry: StateEntry, tensor: torch.Tensor) -> ms.Parameter:
         parent_path, _, name = entry.key.rpartition(".")
         holder = self._cells_by_path[parent_path]
         _check_free(holder, attribute_name(name), entry.key)
-        parameter = ms.Parameter(to_ms(entry.tensor), name=entry.key, requires_grad=entry.trainable)
+        # A Parameter copies its initial data: handing it a view of the torch tensor makes that the only copy
+        initial = ms_view(tensor) if tensor.is_contiguous() else to_ms(tensor)
+        parameter = ms.Parameter(initial, name=entry.key, requires_grad=entry.trainable)
         setattr(holder, attribute_name(name), parameter)
         return parameter
 

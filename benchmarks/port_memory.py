@@ -9,7 +9,8 @@ baseline: Python, torch, MindSpore and aot_ops loaded), then, as multiples of th
 baseline: after building the model, the peak while porting, the peak of the use that follows, and what stays
 after deleting the torch model. Peaks are Linux's VmHWM, reset before each phase (/proc/self/clear_refs).
 Uses: `generate` (from_torch_lm, fuse=True, then 8 greedy tokens checked against torch's generate), `evaluate`
-(from_torch with a dynamic sequence, fuse=True, one forward checked against torch), `train` (from_torch with
+(from_torch with a dynamic sequence, fuse=True, evaluation_only=True, one forward checked against torch;
+`evaluate-both`: the same port with its training graph too, as from_torch's default), `train` (from_torch with
 input_grads=False, fuse=True, one SGD step's loss checked against torch's).
 """
 from __future__ import annotations
@@ -91,10 +92,12 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
     start = time.perf_counter()
     if use == "generate":
         ported = aot_ops.from_torch_lm(model, max_length=32, fuse=True)
-    elif use == "evaluate":
+    elif use.startswith("evaluate"):
+        evaluation_only = use == "evaluate"
         seq = torch.export.Dim("seq", min=2, max=256)
         ported = aot_ops.from_torch(model, (), {"input_ids": ids, "attention_mask": mask, "use_cache": False},
-                                    dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}}, fuse=True)
+                                    dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}}, fuse=True,
+                                    evaluation_only=evaluation_only)
     else:
         model.train()
         ported = aot_ops.from_torch(_LossOf(model), (ids,), fuse=True, input_grads=False)
@@ -109,7 +112,7 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
             theirs = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
                                     pad_token_id=0).tolist()
         exact = ours == theirs
-    elif use == "evaluate":
+    elif use.startswith("evaluate"):
         ours = to_torch(ported(input_ids=ids_ms, attention_mask=mask_ms).logits).float()
         with torch.no_grad():
             theirs = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10M,50M,200M,1B")
     parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--use", default="generate", choices=("generate", "evaluate", "train"))
+    parser.add_argument("--use", default="generate", choices=("generate", "evaluate", "evaluate-both", "train"))
     parser.add_argument("--plot", metavar="PNG")
     parser.add_argument("--child", nargs=3, metavar=("SIZE", "DTYPE", "USE"), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)

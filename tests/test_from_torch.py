@@ -71,6 +71,27 @@ def test_evaluation_mode_forward_matches_torch(make, shape, mode, fuse):
     assert_state_close(cell, model)  # evaluation leaves the running statistics alone
 
 
+def test_evaluation_only_ports_the_evaluation_graph_alone(mode, fuse):
+    torch.manual_seed(2)
+    model = ResNet()
+    train_torch(WithLoss(model), batches((2, 3, 16, 16), count=2, seed=5))  # non-trivial running statistics
+    x = torch.randn(2, 3, 16, 16)
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse, evaluation_only=True)  # the module is in training mode
+    assert not cell.training  # the cell starts in the only mode it has
+    assert set(cell._spec.operator_counts) == {"eval"}
+    if fuse:  # no AOTAutograd: the inference program alone
+        graph = cell._spec.fused["eval"]
+        assert graph.forward is None and graph.backward is None and graph.inference is not None
+    model.eval()
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(aot_ops.PortError, match="ResNet was ported with evaluation_only=True.*without "
+                                                "evaluation_only to train it"):
+        cell.set_train(True)
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="evaluation_only='yes'; give True or False"):
+        aot_ops.from_torch(model, (x,), evaluation_only="yes")
+
+
 def test_fused_training_step_is_two_aot_calls(mode):
     """fuse=True: a training step crosses MindSpore twice (the forward program and the backward program); the
     BatchNorm buffers are updated by Assign, not by aot calls."""

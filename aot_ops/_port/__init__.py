@@ -31,7 +31,8 @@ __all__ = ["from_torch", "PortError", "PortedCell"]
 
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
                kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
-               fuse: bool | str = False, input_grads: bool = True, jit: bool = True) -> PortedCell:
+               fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
+               evaluation_only: bool = False) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
     - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
@@ -72,10 +73,17 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       mode (training, evaluation, under a gradient or not) compiles, as GRAPH_MODE does. `jit=False` runs the cell
       through PyNative as MindSpore runs any Cell, as does a cell with hooks registered; `cell.jit` can be changed
       later. GRAPH_MODE is not affected.
+    - `evaluation_only=True`: the cell evaluates only: the training graph is neither exported nor traced, and
+      fuse=True builds the inference program alone (no AOTAutograd): the port takes less time and memory, and
+      `set_train(True)` raises. The default ports both, whichever mode the module is in.
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
+    if not isinstance(evaluation_only, bool):
+        raise TypeError(f"from_torch: evaluation_only={evaluation_only!r}; give True or False")
+    why = (f"{type(model).__name__} was ported with evaluation_only=True: the cell has no training graph; port it "
+           "without evaluation_only to train it") if evaluation_only else None
     return port(model, args, kwargs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes, fuse=fuse,
-                input_grads=input_grads, jit=jit)
+                input_grads=input_grads, jit=jit, evaluation_only=why)
 
 
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
@@ -148,7 +156,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
         module_name=name, modules=modules, state=state,
         constants={f"{mode}_{k}": v for mode, g in (fused or graphs).items() for k, v in g.constants.items()},
         inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
-        training=model.training,
+        training=model.training and evaluation_only is None,
         refused_training=refused_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_programs=fuse == "compile", jit=jit)

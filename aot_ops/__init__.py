@@ -96,6 +96,7 @@ _LAZY = {
     "operators": (".operators", None),
     "from_torch": ("._port", "from_torch"),
     "PortError": ("._port", "PortError"),
+    "NoKernelError": (".errors", "NoKernelError"),
     "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
     "from_torch_lm": ("._port.kv_cache", "from_torch_lm"),

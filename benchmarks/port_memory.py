@@ -1,7 +1,7 @@
 """Port time and memory against model size: Llama-shaped causal LMs from about 10M to 1.1B parameters, float32
 and bfloat16, each measured in a fresh process.
 
-    .venv/bin/python benchmarks/port_memory.py [--sizes 10M,50M,200M,1B] [--dtypes float32,bfloat16]
+    .venv/bin/python benchmarks/port_memory.py [--sizes 10M,50M,200M,1B|bert-base] [--dtypes float32,bfloat16]
                                                [--use generate|evaluate|train] [--plot docs/port_memory.png]
 
 Per model (random weights, built in the measuring process): the resident memory before the model is built (the
@@ -11,7 +11,8 @@ after deleting the torch model. Peaks are Linux's VmHWM, reset before each phase
 Uses: `generate` (from_torch_lm, fuse=True, then 8 greedy tokens checked against torch's generate), `evaluate`
 (from_torch with a dynamic sequence, fuse=True, evaluation_only=True, one forward checked against torch;
 `evaluate-both`: the same port with its training graph too, as from_torch's default), `train` (from_torch with
-input_grads=False, fuse=True, one SGD step's loss checked against torch's).
+input_grads=False, fuse=True, one SGD step: its loss against torch's, then the loss of the updated weights, which
+the torch module shares, against torch's). All ports share the weights with the torch module (share_weights).
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ SIZES = {  # name -> (hidden, layers, heads, key/value heads, intermediate, voca
     "200M": (1024, 12, 16, 4, 2816, 32000),
     "1B": (2048, 22, 32, 4, 5632, 32000),  # TinyLlama's shape
 }
+# BERT-base (BertModel, 109M parameters): `--sizes bert-base --use evaluate`, batch 8, sequence 128
+BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                 vocab_size=30522)
 
 
 class _LossOf:
@@ -73,19 +77,27 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
     from aot_ops._core.convert import to_ms, to_torch
 
     torch.set_num_threads(1)
-    hidden, layers, heads, kv_heads, intermediate, vocab = SIZES[size]
+    bert = size == "bert-base"
+    if bert and use != "evaluate":
+        raise SystemExit("bert-base is measured with --use evaluate")
     dtype = getattr(torch, dtype_name)
     ms.set_context(mode=ms.GRAPH_MODE)
     gc.collect()
     baseline = _rss_mb()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                                      num_key_value_heads=kv_heads, intermediate_size=intermediate,
-                                      vocab_size=vocab, max_position_embeddings=256)
-    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+    if bert:
+        vocab, shape = BERT_BASE["vocab_size"], (8, 128)
+        model = transformers.BertModel(transformers.BertConfig(**BERT_BASE)).to(dtype).eval()
+    else:
+        hidden, layers, heads, kv_heads, intermediate, vocab = SIZES[size]
+        shape = (1, 8)
+        config = transformers.LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                                          num_key_value_heads=kv_heads, intermediate_size=intermediate,
+                                          vocab_size=vocab, max_position_embeddings=256)
+        model = transformers.LlamaForCausalLM(config).to(dtype).eval()
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values()) / 2**20
     built = _rss_mb()
-    ids = torch.randint(3, vocab, (1, 8), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(3, vocab, shape, generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
 
     _reset_peak()
@@ -97,10 +109,10 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
         seq = torch.export.Dim("seq", min=2, max=256)
         ported = aot_ops.from_torch(model, (), {"input_ids": ids, "attention_mask": mask, "use_cache": False},
                                     dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}}, fuse=True,
-                                    evaluation_only=evaluation_only)
+                                    evaluation_only=evaluation_only, share_weights=True)
     else:
         model.train()
-        ported = aot_ops.from_torch(_LossOf(model), (ids,), fuse=True, input_grads=False)
+        ported = aot_ops.from_torch(_LossOf(model), (ids,), fuse=True, input_grads=False, share_weights=True)
     port_seconds = time.perf_counter() - start
     port_peak = _rss_mb("VmHWM")
 
@@ -113,15 +125,24 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
                                     pad_token_id=0).tolist()
         exact = ours == theirs
     elif use.startswith("evaluate"):
-        ours = to_torch(ported(input_ids=ids_ms, attention_mask=mask_ms).logits).float()
+        field = "last_hidden_state" if bert else "logits"
+        ours = to_torch(getattr(ported(input_ids=ids_ms, attention_mask=mask_ms), field)).float()
         with torch.no_grad():
-            theirs = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+            theirs = getattr(model(input_ids=ids, attention_mask=mask, use_cache=False), field).float()
         exact = bool(torch.allclose(ours, theirs, rtol=2e-2 if dtype != torch.float32 else 1e-4, atol=1e-3))
     else:
+        # The weights are shared: torch's loss before the step, then torch's loss after MindSpore's step (the
+        # module sees the update) against the cell's
+        with torch.no_grad():
+            before = float(_LossOf(model)(ids))
         optimizer = ms.nn.SGD(ported.trainable_params(), learning_rate=1e-3)
-        loss = float(aot_ops.train_step(ported, optimizer)(ids_ms).asnumpy())
-        theirs = float(_LossOf(model)(ids))
-        exact = abs(loss - theirs) <= 1e-4 * abs(theirs)
+        step = aot_ops.train_step(ported, optimizer)
+        loss = float(step(ids_ms).asnumpy())
+        with torch.no_grad():
+            after = float(_LossOf(model)(ids))
+        loss_after = float(ported(ids_ms).asnumpy())
+        exact = abs(loss - before) <= 1e-4 * abs(before) and abs(loss_after - after) <= 1e-4 * abs(after) \
+            and after != before
     use_peak = _rss_mb("VmHWM")
 
     del model

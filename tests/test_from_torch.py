@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from mindspore import nn as msnn
+from mindspore import ops
 from torch import nn
 
 import aot_ops
@@ -90,6 +91,135 @@ def test_evaluation_only_ports_the_evaluation_graph_alone(mode, fuse):
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="evaluation_only='yes'; give True or False"):
         aot_ops.from_torch(model, (x,), evaluation_only="yes")
+
+
+def test_shared_weights_are_one_memory_seen_from_both_sides(mode, fuse):
+    """share_weights=True: the module's tensors are views of the cell's Parameters. A MindSpore training step
+    (BatchNorm statistics included) shows in the torch module, equal to the same steps taken by torch on a copy;
+    the module's load_state_dict shows in the cell; the cell's load_torch_state_dict keeps the sharing."""
+    torch.manual_seed(3)
+    model = WithLoss(ConvNet())
+    twin = copy.deepcopy(model)
+    data = batches((4, 3, 8, 8), count=2, seed=8)
+    cell = aot_ops.from_torch(model, data[0], fuse=fuse, share_weights=True)
+    storage = {k: t.data_ptr() for k, t in model.state_dict().items()}
+    assert train_mindspore(cell, data) == pytest.approx(train_torch(twin, data), rel=1e-4)
+    assert {k: t.data_ptr() for k, t in model.state_dict().items()} == storage  # updated in place
+    for key, value in twin.state_dict().items():  # the torch module holds MindSpore's updates
+        torch.testing.assert_close(model.state_dict()[key], value, rtol=1e-4, atol=1e-5, msg=key)
+    fresh = WithLoss(ConvNet()).state_dict()
+    model.load_state_dict(fresh)  # torch writes in place: the cell sees it
+    assert_state_close(cell, model)
+    cell.load_torch_state_dict(twin.state_dict())  # MindSpore's side written in place: the module sees it
+    assert_state_close(cell, twin)
+    assert_state_close(cell, model)
+    with pytest.raises(TypeError, match="share_weights='no'; give True or False"):
+        aot_ops.from_torch(model, data[0], share_weights="no")
+
+
+class _Autocast(nn.Module):
+    """A module running its inner module under torch.autocast: float32 weights, bfloat16 matrix products."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.inner(*args).float()
+
+
+@pytest.mark.parametrize("precision", ["bfloat16_weights", "autocast"])
+def test_half_precision_training_matches_torch(mode, precision):
+    """fuse=True trains half precision exactly as torch: a bfloat16 model (gradients compared with torch's own
+    backward, bit for bit), and float32 master weights under torch.autocast (three SGD steps, weights compared)."""
+    torch.manual_seed(0)
+    data = batches((8, 6, 32), count=3, seed=9)
+    if precision == "autocast":
+        model = _Autocast(WithLoss(TransformerClassifier()))
+        twin = copy.deepcopy(model)
+        cell = aot_ops.from_torch(model, data[0], fuse=True)
+        assert train_mindspore(cell, data) == pytest.approx(train_torch(twin, data), rel=1e-5)
+        assert_state_close(cell, twin)
+        assert {v.dtype for v in cell.torch_state_dict().values() if v.is_floating_point()} == {torch.float32}
+        return
+    model = WithLoss(TransformerClassifier()).to(torch.bfloat16)
+    x, y = data[0][0].bfloat16(), data[0][1]
+    cell = aot_ops.from_torch(model, (x, y), fuse=True)
+    loss, grads = ms.value_and_grad(cell, None, cell.trainable_params())(to_ms(x), to_ms(y))
+    expected = model(x, y)
+    expected.backward()
+    assert to_torch(loss) == expected.detach()
+    for grad, parameter in zip(grads, model.parameters()):
+        assert to_torch(grad).dtype == torch.bfloat16
+        assert torch.equal(to_torch(grad), parameter.grad)
+
+
+class _KeepWeights(msnn.Optimizer):
+    """An optimizer that reads the gradients and changes nothing."""
+
+    def construct(self, grads):
+        return ops.depend(True, grads)
+
+
+def test_a_mindspore_operator_without_a_half_precision_kernel_is_named(mode):
+    """Per node, MindSpore's autodiff sums the gradients of a value read twice with its own AddN, which has no
+    bfloat16 CPU kernel: the error names it and says what to do, instead of MindSpore's kernel-selection dump."""
+    torch.manual_seed(0)
+    model = WithLoss(TransformerClassifier()).to(torch.bfloat16)
+    x, y = torch.randn(8, 6, 32).bfloat16(), torch.randint(0, 5, (8,))
+    cell = aot_ops.from_torch(model, (x, y))
+    step = aot_ops.train_step(cell, _KeepWeights(0.1, cell.trainable_params()))
+    with pytest.raises(aot_ops.NoKernelError, match=r"train_step of PortedWithLoss: MindSpore has no CPU kernel for "
+                                                     r"its operator AddN with input dtypes \(BFloat16\).*fuse=True"):
+        step(to_ms(x), to_ms(y))
+    assert isinstance(aot_ops.NoKernelError("x"), TypeError)
+    from aot_ops.errors import named_kernel_failure
+    assert named_kernel_failure(RuntimeError("something else"), "here") is None
+
+
+class _InPlaceNet(nn.Module):
+    """In-place calls an evaluation graph keeps: on a local (x += y, relu_), on a buffer (a call counter read
+    afterwards), and, when `view_written`, through a view whose base is read after the write (not rewritable:
+    torch's functionalisation is used)."""
+
+    def __init__(self, view_written: bool = False):
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+        self.register_buffer("calls", torch.zeros(()))
+        self.view_written = view_written
+
+    def forward(self, x):
+        h = self.linear(x)
+        h += x
+        h.relu_()
+        self.calls.add_(1)
+        if self.view_written:
+            h[:, 0] = 0.5
+        return h * self.calls
+
+
+@pytest.mark.parametrize("view_written", [False, True], ids=["rewritten", "functionalised_by_torch"])
+def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written):
+    from aot_ops._port.export import Inputs, export
+    from aot_ops._port.functionalize import functionalize
+
+    torch.manual_seed(4)
+    model = _InPlaceNet(view_written).eval()
+    x = torch.randn(3, 6)
+    program = torch.export.export(model, (x,))
+    assert functionalize(program) is not view_written
+    if not view_written:  # the rewrite: functional twins, the buffer written as an output of the program
+        assert not any(n.target._schema.is_mutable for n in program.graph.nodes
+                       if isinstance(n.target, torch._ops.OpOverload))
+        assert [s.target for s in program.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"] == \
+            ["calls"]
+    cell = aot_ops.from_torch(copy.deepcopy(model), (x,), fuse=fuse, evaluation_only=True)
+    with torch.no_grad():
+        for _ in range(3):  # the counter advances on both sides
+            torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x), rtol=1e-5, atol=1e-6)
+    assert float(cell.torch_state_dict()["calls"]) == float(model.calls) == 3.0
+    assert export(model, Inputs((x,)), None, training=False, inference_only=True) is not None
 
 
 def test_fused_training_step_is_two_aot_calls(mode):

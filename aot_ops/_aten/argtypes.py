@@ -287,12 +287,15 @@ class _MemoryFormat(ArgType):
     CODES = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2, torch.channels_last_3d: 3}
 
     def accepts(self, value, wrapped_numbers):
-        return isinstance(value, torch.memory_format)
+        # An int is a code: how a schema's default (`memory_format=contiguous_format`) and an attribute carry it
+        return isinstance(value, torch.memory_format) or (type(value) is int and value in self.CODES.values())
 
     def encode(self, arg, value, add_input):
-        return ArgKind.INT, self.CODES[value]
+        return ArgKind.INT, value if type(value) is int else self.CODES[value]
 
     def to_torch(self, value, next_tensor, shapes):
+        if type(value) is int:
+            return next(f for f, code in self.CODES.items() if code == value)
         return value
 
 

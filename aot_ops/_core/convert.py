@@ -1,4 +1,5 @@
-"""Tensors between torch and MindSpore (CPU, by copy), keeping dtypes numpy lacks or misnames."""
+"""Tensors between torch and MindSpore (CPU, by copy or as views of the same memory), keeping dtypes numpy lacks
+or misnames."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -25,9 +26,20 @@ def ms_view(t: torch.Tensor) -> ms.Tensor:
 
 
 def to_torch(x: ms.Tensor) -> torch.Tensor:
-    if x.dtype == ms.bfloat16:
-        return torch.from_numpy(x.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-    array = x.asnumpy()
+    """A torch copy of `x` (one copy; bfloat16 travels as its int16 bits, without widening)."""
+    return _over(np.array(x.asnumpy()))  # (np.array keeps 0-dim arrays 0-dim, unlike np.ascontiguousarray)
+
+
+def torch_view(x: ms.Tensor) -> torch.Tensor:
+    """A torch tensor over `x`'s own memory (no copy): a MindSpore Parameter's asnumpy() is its memory, and the
+    array keeps that memory alive; writes on either side are seen by the other (checked on MindSpore 2.10's CPU
+    backend, both modes, for forward calls, Assign and optimizer updates). MindSpore's own set_data replaces the
+    memory: the view then keeps the old values."""
+    return _over(x.asnumpy())
+
+
+def _over(array: np.ndarray) -> torch.Tensor:
+    if array.dtype.name == "bfloat16":  # MindSpore's numpy bfloat16 (ml_dtypes), which torch does not know
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     # MindSpore returns uint64 as numpy's `ulonglong`, which torch rejects; the same bytes as `<u8` it accepts.
-    # (np.array keeps 0-dim arrays 0-dim, unlike np.ascontiguousarray.)
-    return torch.from_numpy(np.array(array.view(np.dtype(array.dtype.str))))
+    return torch.from_numpy(array.view(np.dtype(array.dtype.str)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
+from ..errors import named_kernel_failure
+
 
 class TrainStep(nn.TrainOneStepCell):
     """nn.TrainOneStepCell computing the loss and the gradients in one pass (value_and_grad), whose construct is one
@@ -24,6 +26,15 @@ class TrainStep(nn.TrainOneStepCell):
         dynamic = network.get_inputs()
         if dynamic:  # a ported cell with dynamic sizes: one graph for every size, as the cell has
             self.set_inputs(*dynamic)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except (TypeError, RuntimeError) as exc:
+            named = named_kernel_failure(exc, f"aot_ops.train_step of {type(self.network).__name__}")
+            if named is not None:
+                raise named from exc
+            raise
 
     @ms.jit
     def construct(self, *inputs):

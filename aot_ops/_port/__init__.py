@@ -32,7 +32,7 @@ __all__ = ["from_torch", "PortError", "PortedCell"]
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
                kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
                fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-               evaluation_only: bool = False) -> PortedCell:
+               evaluation_only: bool = False, share_weights: bool = False) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
     - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
@@ -75,21 +75,30 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       later. GRAPH_MODE is not affected.
     - `evaluation_only=True`: the cell evaluates only: the training graph is neither exported nor traced, and
       fuse=True builds the inference program alone (no AOTAutograd): the port takes less time and memory, and
-      `set_train(True)` raises. The default ports both, whichever mode the module is in.
+      `set_train(True)` raises. The default ports both, whichever mode the module is in; the export is then
+      made functional by rewriting its in-place calls where that is exact, instead of retracing the module.
+    - `share_weights=True`: the weights exist once. Each of the module's parameters and buffers becomes a view
+      of its Parameter's memory as the cell is built (its own memory freed at once), so the port's peak stays
+      near the weights' size and the module and the cell see each other's updates (a MindSpore optimizer step
+      changes the torch module; `module.load_state_dict` changes the cell). Do not train both side by side then:
+      port a copy (copy.deepcopy) for that. The default copies the weights into the cell (twice the memory
+      while the torch module lives; deleting it gives its memory back).
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
-    if not isinstance(evaluation_only, bool):
-        raise TypeError(f"from_torch: evaluation_only={evaluation_only!r}; give True or False")
+    for name, value in (("evaluation_only", evaluation_only), ("share_weights", share_weights)):
+        if not isinstance(value, bool):
+            raise TypeError(f"from_torch: {name}={value!r}; give True or False")
     why = (f"{type(model).__name__} was ported with evaluation_only=True: the cell has no training graph; port it "
            "without evaluation_only to train it") if evaluation_only else None
     return port(model, args, kwargs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes, fuse=fuse,
-                input_grads=input_grads, jit=jit, evaluation_only=why)
+                input_grads=input_grads, jit=jit, evaluation_only=why, share_weights=share_weights)
 
 
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-         evaluation_only: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None) -> PortedCell:
+         evaluation_only: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None,
+         share_weights: bool = False) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `evaluation_only`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
@@ -119,7 +128,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
     args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
 
-    programs = {"eval": export(model, inputs, dynamic_shapes, training=False)}
+    programs = {"eval": export(model, inputs, dynamic_shapes, training=False,
+                               inference_only=evaluation_only is not None)}
     graphs: dict[str, Graph] = {"eval": read(programs["eval"], graph_shapes=fuse)}
     refused_training = evaluation_only
     try:
@@ -137,7 +147,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if fuse:
         from .fused import fuse as fuse_graph
 
-        fused = {mode: fuse_graph(programs[mode], graphs[mode], model, args, f"{name} ({_MODE_LABELS[mode]})",
+        fused = {mode: fuse_graph(programs[mode], graphs[mode], model, f"{name} ({_MODE_LABELS[mode]})",
                                   input_grads, inference_only=evaluation_only is not None)
                  for mode in graphs}
         if compile_inputs is not None:
@@ -160,7 +170,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
         refused_training=refused_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_programs=fuse == "compile", jit=jit)
-    cell = cls(spec, initial_state)
+    cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
 
@@ -228,7 +238,8 @@ def _same(a: Graph, b: Graph) -> bool:
 
 def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, torch.Tensor]]:
     """Every parameter and buffer, persistent ones in state_dict order, tied tensors as aliases of the first key;
-    and their tensors by key (the cell's initial values, which the port does not keep)."""
+    and their tensors by key (the module's own tensor objects: the cell's initial values, which the port does not
+    keep, and which become views of the cell's memory when weights are shared)."""
     entries: list[StateEntry] = []
     tensors: dict[str, torch.Tensor] = {}
     first_key: dict[int, str] = {}
@@ -237,7 +248,7 @@ def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, 
         trainable = isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad
         alias = first_key.setdefault(id(tensor), key)
         entries.append(StateEntry(key, trainable, persistent, None if alias == key else alias))
-        tensors[key] = tensor.detach()
+        tensors[key] = tensor
 
     persistent = model.state_dict(keep_vars=True)
     for key, tensor in persistent.items():

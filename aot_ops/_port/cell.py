@@ -23,10 +23,11 @@ from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
-from .._core.convert import ms_view, to_ms, to_torch
+from .._core.convert import ms_view, to_ms, to_torch, torch_view
 from .._build.bundled import library_path
 from .._core.opdef import FRESH, OpDef
 from .._core.primitive import CALL_LOCK, AotOp, CppInference
+from ..errors import named_kernel_failure
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError
 from .graph_entry import PyNativeGraph, sync_phase
@@ -132,15 +133,21 @@ class PortedCell(nn.Cell):
 
     module_name = "Module"
 
-    def __init__(self, spec: PortSpec, initial_state: Mapping[str, torch.Tensor]):
-        """`initial_state`: the module's tensors by state key, copied into the cell's Parameters (not kept)."""
+    def __init__(self, spec: PortSpec, initial_state: Mapping[str, torch.Tensor], share_weights: bool = False):
+        """`initial_state`: the module's tensors by state key, copied into the cell's Parameters (not kept).
+        `share_weights`: each of those tensors then becomes a view of its Parameter's memory (its own memory is
+        freed as soon as its Parameter exists, so the weights are held once, even while the cell is built)."""
         super().__init__()
         self._spec = spec
         self._build_modules(spec)
         self._parameters: dict[str, ms.Parameter] = {}
         for entry in spec.state:
             if entry.alias_of is None:
-                self._parameters[entry.key] = self._add_parameter(entry, initial_state[entry.key])
+                tensor = initial_state[entry.key]
+                self._parameters[entry.key] = parameter = self._add_parameter(entry, tensor)
+                if share_weights:
+                    with torch.no_grad():
+                        tensor.data = torch_view(parameter)
         for entry in spec.state:
             if entry.alias_of is not None:
                 self._parameters[entry.key] = self._parameters[entry.alias_of]
@@ -186,9 +193,12 @@ class PortedCell(nn.Cell):
                     result = super().__call__(*args)
                 else:
                     result = super().__call__(*args)
-            except Exception:
+            except Exception as exc:
                 if as_graph:
                     self._forget_compiled_graphs()
+                named = named_kernel_failure(exc, f"{self.module_name} (ported)")
+                if named is not None:
+                    raise named from exc
                 raise
         # construct returns dicts for dict-like outputs (a ModelOutput cannot be built inside a graph)
         return tree_unflatten(_leaves(result, spec), spec) if _has_custom_containers(spec) else result
@@ -309,6 +319,7 @@ class PortedCell(nn.Cell):
         holder = self._cells_by_path[parent_path]
         _check_free(holder, attribute_name(name), entry.key)
         # A Parameter copies its initial data: handing it a view of the torch tensor makes that the only copy
+        tensor = tensor.detach()
         initial = ms_view(tensor) if tensor.is_contiguous() else to_ms(tensor)
         parameter = ms.Parameter(initial, name=entry.key, requires_grad=entry.trainable)
         setattr(holder, attribute_name(name), parameter)
@@ -370,7 +381,11 @@ class PortedCell(nn.Cell):
             if tuple(value.shape) != target:
                 raise PortError(f"{self.module_name}: '{key}' has shape {tuple(value.shape)}, the cell's parameter "
                                 f"has {target}")
-            parameter.set_data(to_ms(value.to(to_torch_dtype(parameter))))
+            # Into the Parameter's own memory (not set_data, which replaces it): a torch module sharing its weights
+            # with the cell keeps sharing them
+            ms.runtime.synchronize()  # no queued MindSpore work still reads the old values
+            with torch.no_grad():
+                torch_view(parameter).copy_(value.to(to_torch_dtype(parameter)))
         return IncompatibleKeys(missing, unexpected)
 
 

@@ -32,6 +32,7 @@ from .._core import native_state as _runtime
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import PortError
+from .functionalize import functionalize, retarget_devices
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
@@ -48,6 +49,9 @@ def refusal(node: torch.fx.Node) -> str | None:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return None
+    value = node.meta.get("val")
+    if isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool):
+        return None  # a size (sym_size, s0 * 16): never an operator call; the graph reader uses its expression
     if target in _DROPOUTS:
         return None if dropout_is_identity(node) else "it draws random numbers (dropout with p > 0 in training)"
     if target.namespace != "aten":
@@ -93,8 +97,12 @@ class Inputs:
     fixed_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool) -> ExportedProgram:
-    """The module's graph in the given mode, functional, with what the bridge refuses decomposed."""
+def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
+           inference_only: bool = False) -> ExportedProgram:
+    """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `inference_only`:
+    the graph will never be differentiated, so the training-level graph is made functional by rewriting its
+    in-place calls (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces
+    the whole module (two thirds of a big model's port)."""
     was_training = model.training
     model.train(training)
     try:
@@ -104,9 +112,12 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                     _fixed_keywords(model, inputs.fixed_kwargs):
                 program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
                                               dynamic_shapes=dynamic_shapes)
-            _detach_no_grad_results(program)
-            with _explained("torch.export could not make the graph functional"):
-                program = program.run_decompositions({})
+            if inference_only and _without_regions(program) and functionalize(program):
+                retarget_devices(program)
+            else:
+                _detach_no_grad_results(program)
+                with _explained("torch.export could not make the graph functional"):
+                    program = program.run_decompositions({})
             return _decompose_refused(program)
     finally:
         model.train(was_training)
@@ -158,6 +169,13 @@ def _refusing_custom_backwards():
         yield
     finally:
         function.apply = original
+
+
+def _without_regions(program: ExportedProgram) -> bool:
+    """No node opens a region (no_grad, autocast, control flow): in-place calls are then all that keeps the
+    training-level graph from being the functional one."""
+    return not any(node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+                   for node in program.graph.nodes)
 
 
 def _detach_no_grad_results(program: ExportedProgram) -> None:

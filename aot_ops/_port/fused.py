@@ -24,7 +24,7 @@ from torch.export.graph_signature import InputKind
 from .._aten.sizes import from_sympy
 from .compiled import TRAINING_CONFIGS, GraphSource, compiled_or_interpreted
 from .errors import PortError
-from .graph import Graph, bind_symbols, has_symbols, read_module
+from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
 
 
@@ -70,7 +70,7 @@ class FusedGraph:
         return replaced
 
 
-def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: tuple, label: str,
+def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, label: str,
          input_grads: bool = True, inference_only: bool = False) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `label` names them in errors.
     `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters).
@@ -80,7 +80,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label)
         return fused
-    flat = _flat_inputs(program, model, args, input_grads)
+    flat = _flat_inputs(program, model, input_grads)
     captured: dict[str, torch.fx.GraphModule] = {}
 
     from functorch.compile import make_boxed_func
@@ -105,7 +105,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
     try:
-        with torch.fx.traceback.preserve_node_meta(), _tracing_mode(flat):
+        with torch.fx.traceback.preserve_node_meta(), _fake_mode(flat):
             outs = compiled(*flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             differentiable = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -130,9 +130,6 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, args: t
     specs = program.graph_signature.input_specs
     inputs = [_input_kind(spec) for spec in specs] + [("constant", f"f_{n}") for n in fgraph.constants]
     constants = {f"f_{n}": t for n, t in fgraph.constants.items()}
-    for spec in specs:
-        if spec.kind == InputKind.CONSTANT_TENSOR:
-            constants[f"lifted_{spec.arg.name}"] = program.constants[spec.target]
     fused = FusedGraph(forward, None, inputs, constants, _buffer_updates(output_specs), _user_outputs(output_specs))
     fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
                                            _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
@@ -192,6 +189,9 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     nodes = {n.name: n for n in program.graph.nodes}
     fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
     fused.inference_inputs = kinds
+    for spec in specs:  # tensors torch.export lifted out of the module (a scalar written into a slice)
+        if spec.kind == InputKind.CONSTANT_TENSOR:
+            fused.constants[f"lifted_{spec.arg.name}"] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
     fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), list(range(len(outputs))),
                                              _examples(nodes, placeholders, folded))
@@ -228,34 +228,11 @@ def _input_kind(spec) -> tuple[str, str]:
     return ("input", spec.arg.name)
 
 
-def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, args: tuple, input_grads: bool):
-    """Example values for every placeholder of the exported graph: trainable parameters and, with `input_grads`,
-    floating user inputs require gradients (MindSpore may ask for either). With symbolic shapes (a dynamic batch),
-    the exported graph's own fake values, so that AOTAutograd traces the same symbols."""
+def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, input_grads: bool) -> list:
+    """Example values for every placeholder of the exported graph: the exported graph's own fake values (no
+    memory: AOTAutograd traces without computing, and symbolic sizes stay the same symbols); trainable parameters
+    and, with `input_grads`, floating user inputs require gradients (MindSpore may ask for either)."""
     examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
-    if any(isinstance(v, torch.Tensor) and has_symbols(v.shape) for v in examples):
-        return _symbolic_inputs(program, model, examples, input_grads)
-    state = dict(model.named_parameters(remove_duplicate=False))
-    state.update(dict(model.named_buffers(remove_duplicate=False)))
-    user = iter(args)
-    flat = []
-    for spec in program.graph_signature.input_specs:
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            tensor = state[spec.target]
-            value = tensor.detach().clone()
-            if isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad:
-                value.requires_grad_(True)
-        elif spec.kind == InputKind.CONSTANT_TENSOR:
-            value = program.constants[spec.target].detach().clone()
-        else:
-            value = next(user).detach().clone()
-            if input_grads and (value.is_floating_point() or value.is_complex()):
-                value.requires_grad_(True)
-        flat.append(value)
-    return flat
-
-
-def _symbolic_inputs(program: ExportedProgram, model: torch.nn.Module, examples: list, input_grads: bool) -> list:
     trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     flat = []
     with _fake_mode(examples):
@@ -272,11 +249,6 @@ def _fake_mode(values):
     from torch._guards import detect_fake_mode
 
     return detect_fake_mode(values) or contextlib.nullcontext()
-
-
-def _tracing_mode(flat):
-    """Symbolic example values are traced inside their fake mode (the backward's ones_like included)."""
-    return _fake_mode(flat) if any(has_symbols(v.shape) for v in flat) else contextlib.nullcontext()
 
 
 def _examples(nodes: dict, placeholders: list[str], constants: dict[str, torch.Tensor]) -> list:

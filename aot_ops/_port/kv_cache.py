@@ -88,14 +88,16 @@ class PortedLM:
 
 
 def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: int, fuse: bool | str = False,
-                  jit: bool = True) -> PortedLM:
+                  jit: bool = True, share_weights: bool = True) -> PortedLM:
     """Ports a transformers causal language model (`...ForCausalLM`) with a key/value cache for `batch_size`
     sequences of up to `max_length` tokens (prompt and new tokens together), for aot_ops.generate.
 
     The cache is transformers' StaticCache, held by the ported cell as Parameters it updates in place. One cell takes
     the prompt (prefill) and each new token (decode), with a dynamic sequence length: per node and `fuse=True`
     compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (static shapes) and
-    runs the prompt interpreted. `jit`, as from_torch's. Raises PortError naming what cannot be ported."""
+    runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
+    does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
+    them. Raises PortError naming what cannot be ported."""
     from . import port
 
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
@@ -104,6 +106,8 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     for name, value in (("batch_size", batch_size), ("max_length", max_length)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"from_torch_lm: {name} must be a positive int, got {value!r}")
+    if not isinstance(share_weights, bool):
+        raise TypeError(f"from_torch_lm: share_weights={share_weights!r}; give True or False")
     if max_length < 2:
         raise ValueError("from_torch_lm: max_length must be at least 2 (a prompt token and a new one)")
     was_training = model.training
@@ -124,7 +128,7 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                     evaluation_only=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
-                    compile_inputs=step if fuse == "compile" else None)
+                    compile_inputs=step if fuse == "compile" else None, share_weights=share_weights)
     finally:
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size

@@ -36,6 +36,5 @@ def named_kernel_failure(exc: BaseException, where: str) -> NoKernelError | None
     return NoKernelError(
         f"{where}: MindSpore has no {device} kernel for its operator {operator} with input dtypes ({dtypes}){result}. "
         "It is one of MindSpore's own operators (the graph around bridged calls, its autodiff or an optimizer), not "
-        "a bridged ATen call. For half precision on the CPU, port with fuse=True: the gradients are then summed "
-        "inside bridged programs (bfloat16 weights, and float32 weights under torch.autocast, both train there); "
-        "or cast around that operator")
+        "a bridged ATen call: cast its inputs to a dtype it has (float32) around it, or compute it inside the "
+        "ported torch module, where torch runs it")

@@ -130,29 +130,36 @@ class _Autocast(nn.Module):
 
 
 @pytest.mark.parametrize("precision", ["bfloat16_weights", "autocast"])
-def test_half_precision_training_matches_torch(mode, precision):
-    """fuse=True trains half precision exactly as torch: a bfloat16 model (gradients compared with torch's own
-    backward, bit for bit), and float32 master weights under torch.autocast (three SGD steps, weights compared)."""
+def test_half_precision_training_matches_torch(mode, fuse, precision):
+    """Half precision trains as torch does: a bfloat16 model (gradients against torch's own backward: bit for bit
+    fused; per node, where each operator's backward rounds on its own, within bfloat16's rounding), and float32
+    master weights under torch.autocast (three SGD steps, weights compared)."""
     torch.manual_seed(0)
     data = batches((8, 6, 32), count=3, seed=9)
+    exact = fuse
     if precision == "autocast":
         model = _Autocast(WithLoss(TransformerClassifier()))
         twin = copy.deepcopy(model)
-        cell = aot_ops.from_torch(model, data[0], fuse=True)
-        assert train_mindspore(cell, data) == pytest.approx(train_torch(twin, data), rel=1e-5)
-        assert_state_close(cell, twin)
+        cell = aot_ops.from_torch(model, data[0], fuse=fuse)
+        assert train_mindspore(cell, data) == pytest.approx(train_torch(twin, data), rel=1e-5 if exact else 1e-3)
+        if exact:
+            assert_state_close(cell, twin)
         assert {v.dtype for v in cell.torch_state_dict().values() if v.is_floating_point()} == {torch.float32}
         return
     model = WithLoss(TransformerClassifier()).to(torch.bfloat16)
     x, y = data[0][0].bfloat16(), data[0][1]
-    cell = aot_ops.from_torch(model, (x, y), fuse=True)
+    cell = aot_ops.from_torch(model, (x, y), fuse=fuse)
     loss, grads = ms.value_and_grad(cell, None, cell.trainable_params())(to_ms(x), to_ms(y))
     expected = model(x, y)
     expected.backward()
     assert to_torch(loss) == expected.detach()
     for grad, parameter in zip(grads, model.parameters()):
         assert to_torch(grad).dtype == torch.bfloat16
-        assert torch.equal(to_torch(grad), parameter.grad)
+        if exact:
+            assert torch.equal(to_torch(grad), parameter.grad)
+        else:  # a few units of bfloat16's last place, relative to the gradient's scale
+            scale = float(parameter.grad.float().abs().max()) or 1.0
+            assert float((to_torch(grad).float() - parameter.grad.float()).abs().max()) <= 2e-2 * scale
 
 
 class _KeepWeights(msnn.Optimizer):
@@ -162,17 +169,28 @@ class _KeepWeights(msnn.Optimizer):
         return ops.depend(True, grads)
 
 
+class _MarginLoss(msnn.Cell):
+    """A loss of MindSpore operators around a ported cell: the largest logit of each row, summed."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+
+    def construct(self, x):
+        return ops.ArgMaxWithValue(axis=-1)(self.cell(x))[1].sum()
+
+
 def test_a_mindspore_operator_without_a_half_precision_kernel_is_named(mode):
-    """Per node, MindSpore's autodiff sums the gradients of a value read twice with its own AddN, which has no
-    bfloat16 CPU kernel: the error names it and says what to do, instead of MindSpore's kernel-selection dump."""
+    """MindSpore's CPU ArgMaxWithValue has no bfloat16 kernel: a training step through it fails with an error
+    naming the operator and the dtypes and saying what to do, instead of MindSpore's kernel-selection dump."""
     torch.manual_seed(0)
-    model = WithLoss(TransformerClassifier()).to(torch.bfloat16)
-    x, y = torch.randn(8, 6, 32).bfloat16(), torch.randint(0, 5, (8,))
-    cell = aot_ops.from_torch(model, (x, y))
-    step = aot_ops.train_step(cell, _KeepWeights(0.1, cell.trainable_params()))
-    with pytest.raises(aot_ops.NoKernelError, match=r"train_step of PortedWithLoss: MindSpore has no CPU kernel for "
-                                                     r"its operator AddN with input dtypes \(BFloat16\).*fuse=True"):
-        step(to_ms(x), to_ms(y))
+    x = torch.randn(8, 6, 32).bfloat16()
+    loss = _MarginLoss(aot_ops.from_torch(TransformerClassifier().to(torch.bfloat16), (x,)))
+    step = aot_ops.train_step(loss, _KeepWeights(0.1, loss.trainable_params()))
+    with pytest.raises(aot_ops.NoKernelError, match=r"train_step of _MarginLoss: MindSpore has no CPU kernel for "
+                                                     r"its operator ArgMaxWithValue with input dtypes \(BFloat16, "
+                                                     r"Int64, Bool\).*cast its inputs"):
+        step(to_ms(x))
     assert isinstance(aot_ops.NoKernelError("x"), TypeError)
     from aot_ops.errors import named_kernel_failure
     assert named_kernel_failure(RuntimeError("something else"), "here") is None

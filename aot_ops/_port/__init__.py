@@ -24,6 +24,7 @@ from .cell import PortedCell, PortSpec, StateEntry, Structure
 from .codegen import generate
 from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export
+from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
@@ -135,6 +136,11 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     try:
         if evaluation_only is None:
             programs["train"] = export(model, inputs, dynamic_shapes, training=True)
+            if not fuse and fan_out_half_gradients(programs["train"], _trainable(model), input_grads):
+                # Per node, MindSpore's autodiff would sum bfloat16 gradients itself (fan_out.py). Its backward of
+                # a PyNative ms.jit call still does (AddN, no bfloat16 CPU kernel): such a cell runs operator by
+                # operator in PyNative.
+                jit = False
             graphs["train"] = read(programs["train"], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
@@ -257,6 +263,10 @@ def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, 
         if key not in persistent:
             add(key, tensor, False)
     return entries, tensors
+
+
+def _trainable(model: torch.nn.Module) -> set[str]:
+    return {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
 
 def _class_name(module_name: str) -> str:

@@ -128,6 +128,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     name = type(model).__name__
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
     args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
+    trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
     programs = {"eval": export(model, inputs, dynamic_shapes, training=False,
                                inference_only=evaluation_only is not None)}
@@ -136,7 +137,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     try:
         if evaluation_only is None:
             programs["train"] = export(model, inputs, dynamic_shapes, training=True)
-            if not fuse and fan_out_half_gradients(programs["train"], _trainable(model), input_grads):
+            if not fuse and fan_out_half_gradients(programs["train"], trainable, input_grads):
                 # Per node, MindSpore's autodiff would sum bfloat16 gradients itself (fan_out.py). Its backward of
                 # a PyNative ms.jit call still does (AddN, no bfloat16 CPU kernel): such a cell runs operator by
                 # operator in PyNative.
@@ -153,7 +154,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if fuse:
         from .fused import fuse as fuse_graph
 
-        fused = {mode: fuse_graph(programs[mode], graphs[mode], model, f"{name} ({_MODE_LABELS[mode]})",
+        fused = {mode: fuse_graph(programs[mode], graphs[mode], trainable, f"{name} ({_MODE_LABELS[mode]})",
                                   input_grads, inference_only=evaluation_only is not None)
                  for mode in graphs}
         if compile_inputs is not None:
@@ -263,10 +264,6 @@ def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, 
         if key not in persistent:
             add(key, tensor, False)
     return entries, tensors
-
-
-def _trainable(model: torch.nn.Module) -> set[str]:
-    return {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
 
 def _class_name(module_name: str) -> str:

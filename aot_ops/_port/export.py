@@ -44,14 +44,19 @@ def dropout_is_identity(node: torch.fx.Node) -> bool:
     return (isinstance(p, (int, float)) and p == 0) or train is False
 
 
+def is_size(node: torch.fx.Node) -> bool:
+    """The node computes a size (sym_size, s0 * 16), not a tensor: the graph reader uses its expression."""
+    value = node.meta.get("val")
+    return isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool)
+
+
 def refusal(node: torch.fx.Node) -> str | None:
     """Why the bridge cannot run this node's operator as it is (None: it can)."""
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return None
-    value = node.meta.get("val")
-    if isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool):
-        return None  # a size (sym_size, s0 * 16): never an operator call; the graph reader uses its expression
+    if is_size(node):
+        return None  # never an operator call
     if target in _DROPOUTS:
         return None if dropout_is_identity(node) else "it draws random numbers (dropout with p > 0 in training)"
     if target.namespace != "aten":

@@ -16,6 +16,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from .export import is_size
+
 _HALF = (torch.bfloat16,)  # dtypes whose sum MindSpore's CPU cannot compute
 
 
@@ -27,7 +29,7 @@ def fan_out_half_gradients(program: ExportedProgram, trainable: set[str], input_
     fanned = 0
     for node in list(graph.nodes):
         value = node.meta.get("val")
-        readers = [u for u in node.users if not _is_size(u)]  # the graph's output included: its gradient too
+        readers = [u for u in node.users if not is_size(u)]  # the graph's output included: its gradient too
         if (not isinstance(value, torch.Tensor) or value.dtype not in _HALF or node not in needs_grad
                 or len(readers) < 2):
             continue
@@ -69,11 +71,6 @@ def _needs_grad(program: ExportedProgram, trainable: set[str], input_grads: bool
         elif node.op == "call_function" and any(arg in reached for arg in node.all_input_nodes):
             reached.add(node)
     return reached
-
-
-def _is_size(node: torch.fx.Node) -> bool:
-    value = node.meta.get("val")
-    return isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool)
 
 
 def _last_placeholder(graph: torch.fx.Graph) -> torch.fx.Node:

@@ -70,9 +70,10 @@ class FusedGraph:
         return replaced
 
 
-def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, label: str,
+def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str,
          input_grads: bool = True, inference_only: bool = False) -> FusedGraph:
-    """The forward and backward programs of `program` (from export.export); `label` names them in errors.
+    """The forward and backward programs of `program` (from export.export); `trainable`: the state keys of the
+    parameters that get gradients; `label` names them in errors.
     `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters).
     `inference_only`: the inference program alone (no gradient will be asked: AOTAutograd is not run)."""
     output_specs = program.graph_signature.output_specs
@@ -80,7 +81,7 @@ def fuse(program: ExportedProgram, graph: Graph, model: torch.nn.Module, label: 
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label)
         return fused
-    flat = _flat_inputs(program, model, input_grads)
+    flat = _flat_inputs(program, trainable, input_grads)
     captured: dict[str, torch.fx.GraphModule] = {}
 
     from functorch.compile import make_boxed_func
@@ -228,12 +229,11 @@ def _input_kind(spec) -> tuple[str, str]:
     return ("input", spec.arg.name)
 
 
-def _flat_inputs(program: ExportedProgram, model: torch.nn.Module, input_grads: bool) -> list:
+def _flat_inputs(program: ExportedProgram, trainable: set[str], input_grads: bool) -> list:
     """Example values for every placeholder of the exported graph: the exported graph's own fake values (no
     memory: AOTAutograd traces without computing, and symbolic sizes stay the same symbols); trainable parameters
     and, with `input_grads`, floating user inputs require gradients (MindSpore may ask for either)."""
     examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
-    trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     flat = []
     with _fake_mode(examples):
         for spec, example in zip(program.graph_signature.input_specs, examples):

@@ -23,7 +23,7 @@ from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
 from .._core.dtypes import has_ms_name
 from .errors import PortError, describe, module_of, source_line
-from .export import refusal
+from .export import is_size, refusal
 
 
 @dataclass
@@ -162,7 +162,7 @@ class _Reader:
         val = node.meta.get("val")
         if target in _SKIPPED or (val is None and not node.users):
             return  # assertions torch.export adds
-        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        if is_size(node):
             return  # a size (sym_size, s0 * 16): used through its expression where an operator needs it
         if target is operator.getitem:
             source = node.args[0]

@@ -19,6 +19,7 @@ from mindspore import ops
 from torch import nn
 
 import aot_ops
+from aot_ops._core import mindspore_private
 from aot_ops._core import primitive as _primitive
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch
@@ -191,6 +192,7 @@ def test_a_mindspore_operator_without_a_half_precision_kernel_is_named(mode):
                                                      r"its operator ArgMaxWithValue with input dtypes \(BFloat16, "
                                                      r"Int64, Bool\).*cast its inputs"):
         step(to_ms(x))
+    assert not mindspore_private.recording_gradients()  # the failed step left no gradient recording behind
     assert isinstance(aot_ops.NoKernelError("x"), TypeError)
     from aot_ops.errors import named_kernel_failure
     assert named_kernel_failure(RuntimeError("something else"), "here") is None
@@ -812,8 +814,9 @@ class RoundThrough(torch.autograd.Function):
 
 
 @pytest.mark.parametrize("detached", [False, True], ids=["autograd_function", "detach"])
-def test_a_custom_backward_is_refused_and_the_detach_form_trains(detached, fuse):
-    # torch.export keeps only an autograd.Function's forward: differentiating round would give zero gradients
+def test_a_straight_through_round_gets_its_gradient_in_either_form(detached, fuse):
+    # Differentiating round itself would give zero gradients: the Function's own backward (ported with it,
+    # tests/test_custom_autograd.py) and the detach form both pass the gradient through.
     class Quantized(nn.Module):
         def __init__(self):
             super().__init__()
@@ -827,15 +830,10 @@ def test_a_custom_backward_is_refused_and_the_detach_form_trains(detached, fuse)
     torch.manual_seed(11)
     model, x = Quantized(), torch.randn(3, 4)
     model(x).backward()
-    if not detached:
-        with pytest.raises(aot_ops.PortError, match=r"RoundThrough \(.*test_from_torch.py:\d+\) is a torch.autograd"
-                                                    r".Function with its own backward.*x \+ \(torch.round\(x\) - x\)"
-                                                    r".detach\(\)"):
-            aot_ops.from_torch(model, (x,), fuse=fuse)
-        assert RoundThrough.apply(torch.tensor([0.4])).item() == 0.0  # torch's apply is itself again
-        return
     cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    assert RoundThrough.apply(torch.tensor([0.4])).item() == 0.0  # torch's apply is itself again after the port
     grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
+    assert model.linear.weight.grad.abs().sum() > 0
     torch.testing.assert_close(to_torch(grads[0]), model.linear.weight.grad, rtol=1e-5, atol=1e-5)
 
 

@@ -228,3 +228,25 @@ def test_doctor_reports_the_front():
 
     finding = doctor.check_front()
     assert finding.status == doctor.OK and finding.detail.startswith("active"), finding
+
+
+def test_eager_calls_return_to_the_front_once_an_aborted_gradient_is_ended():
+    """MindSpore keeps recording every later PyNative operator for a gradient whose forward raised (the front is
+    then skipped); aot_ops' entry points end such a recording (train_step, the conformance run)."""
+    from aot_ops._core import mindspore_private
+
+    op = aot_ops.leaky_relu()
+    x = to_ms(sample((3, 4), torch.float32))
+
+    def failing(v):
+        op(v)
+        raise RuntimeError("failed inside the gradient's forward")
+
+    with pytest.raises(RuntimeError, match="failed inside"):
+        ms.grad(failing)(x)
+    assert mindspore_private.recording_gradients()
+    assert launched(lambda: op(x))[1] == 0  # recorded for the dead gradient: not on the front
+    mindspore_private.end_aborted_gradient()
+    (got,), launches = launched(lambda: op(x))
+    assert launches == 1
+    torch.testing.assert_close(got, torch.nn.functional.leaky_relu(to_torch(x)))

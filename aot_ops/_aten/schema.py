@@ -87,30 +87,34 @@ def functional_overloads(packet: torch._ops.OpOverloadPacket) -> tuple[str, ...]
     return tuple(n for n in names if n in packet.overloads() and not getattr(packet, n)._schema.is_mutable)
 
 
-_NAME = re.compile(r"^(?:aten::)?([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
+_NAME = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*)::)?([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
 
 
-def _split_name(name: str) -> tuple[str, str | None]:
-    """'aten::add.Tensor' -> ('add', 'Tensor'); ValueError naming the text for anything else."""
+def _split_name(name: str) -> tuple[str, str, str | None]:
+    """'aten::add.Tensor' -> ('aten', 'add', 'Tensor'); 'add' -> ('aten', 'add', None); a library's operator
+    'mylib::gmm' -> ('mylib', 'gmm', None); ValueError naming the text for anything else."""
     match = _NAME.match(name) if isinstance(name, str) else None
     if match is None:
-        raise ValueError(f"{name!r} is not an ATen operator name: write 'aten::name' or 'aten::name.overload' "
-                         "(e.g. 'aten::add.Tensor')")
-    return match.group(1), match.group(2)
+        raise ValueError(f"{name!r} is not an operator name: write 'aten::name' or 'aten::name.overload' "
+                         "(e.g. 'aten::add.Tensor'), or 'namespace::name' for an operator a library registered "
+                         "with torch.library")
+    return match.group(1) or "aten", match.group(2), match.group(3)
 
 
 def packet_for(name: str, given: str | None = None) -> torch._ops.OpOverloadPacket:
-    """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu (AttributeError with a clear text, quoting
-    `given`: the name as the user wrote it)."""
-    short, _ = _split_name(name)
+    """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu; `mylib::gmm` -> torch.ops.mylib.gmm, an
+    operator registered with torch.library (AttributeError with a clear text, quoting `given`: the name as the
+    user wrote it)."""
+    namespace, short, _ = _split_name(name)
     given = name if given is None else given
     try:
-        packet = getattr(torch.ops.aten, short)
+        packet = getattr(getattr(torch.ops, namespace), short)
     except (AttributeError, RuntimeError):
         packet = None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
-        origin = "" if given in (short, f"aten::{short}") else f" (read from {given!r})"
-        raise AttributeError(f"unknown ATen operator 'aten::{short}'{origin}")
+        origin = "" if given in (short, f"{namespace}::{short}") else f" (read from {given!r})"
+        what = "ATen operator" if namespace == "aten" else "operator (none is registered with torch.library)"
+        raise AttributeError(f"unknown {what} '{namespace}::{short}'{origin}")
     return packet
 
 
@@ -129,13 +133,13 @@ def with_open_tensors(overload: torch._ops.OpOverload, fixed: dict[str, Any]) ->
 
 def overload_for(name: str) -> torch._ops.OpOverload | None:
     """`aten::add.Tensor` -> that overload; `aten::add` -> None (to be resolved from the arguments)."""
-    op_name, overload_name = _split_name(name)
+    namespace, op_name, overload_name = _split_name(name)
     if overload_name is None:
         return None
-    packet = packet_for(op_name, given=name)
+    packet = packet_for(f"{namespace}::{op_name}", given=name)
     overload = getattr(packet, overload_name, None) if overload_name in packet.overloads() else None
     if not isinstance(overload, torch._ops.OpOverload):
-        raise AttributeError(f"aten::{op_name} has no overload '{overload_name}'; its overloads are:\n"
+        raise AttributeError(f"{namespace}::{op_name} has no overload '{overload_name}'; its overloads are:\n"
                              f"{describe_schema(packet)}")
     return overload
 
@@ -151,7 +155,7 @@ def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: di
                 return bind(getattr(packet, name), args, kwargs, wrapped_numbers)
             except TypeError as exc:
                 errors.append(f"  {getattr(packet, name)._schema}: {exc}")
-    raise TypeError(f"aten::{packet._qualified_op_name.split('::')[-1]}: no overload matches these arguments:\n"
+    raise TypeError(f"{packet._qualified_op_name}: no overload matches these arguments:\n"
                     + "\n".join(errors))
 
 

@@ -13,7 +13,6 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 from mindspore import Tensor, ops
-from mindspore.graph.api import _pynative_executor
 from mindspore.ops import CustomRegOp, DataType
 
 from . import dtypes as _dtypes
@@ -21,6 +20,7 @@ from . import front as _front
 from .arity import Arity
 from .identity import FRESH, identity_of
 from .inference import MetaInference, OutputCache
+from .mindspore_private import recording_gradients
 from .signature import read_signature
 
 # A Custom primitive with the same `func` and the same prim attributes as an earlier one reuses MindSpore's
@@ -182,7 +182,7 @@ class AotOp(ops.Custom):
             count = sum(len(a) if isinstance(a, (tuple, list)) else 1 for a in args)  # the kernel's view
             self.arity.check_call(self.name_for_errors(), count, may_omit_optional=True)
             args = args + (None,) * (self.arity.inputs - count)
-        if self._eager_front and _front_allowed() and not _pynative_executor.requires_grad():
+        if self._eager_front and _front_allowed() and not recording_gradients():
             result = self._call_front(args)
             if result is not NotImplemented:
                 return result

@@ -12,6 +12,7 @@ import mindspore as ms
 from mindspore import nn, ops
 
 from ..errors import named_kernel_failure
+from .mindspore_private import end_aborted_gradient
 
 
 class TrainStep(nn.TrainOneStepCell):
@@ -31,6 +32,7 @@ class TrainStep(nn.TrainOneStepCell):
         try:
             return super().__call__(*args, **kwargs)
         except (TypeError, RuntimeError) as exc:
+            end_aborted_gradient()
             named = named_kernel_failure(exc, f"aot_ops.train_step of {type(self.network).__name__}")
             if named is not None:
                 raise named from exc

@@ -154,9 +154,24 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if fuse:
         from .fused import fuse as fuse_graph
 
-        fused = {mode: fuse_graph(programs[mode], graphs[mode], trainable, f"{name} ({_MODE_LABELS[mode]})",
-                                  input_grads, inference_only=evaluation_only is not None)
-                 for mode in graphs}
+        for mode in list(graphs):
+            label = f"{name} ({_MODE_LABELS[mode]})"
+            try:
+                fused[mode] = fuse_graph(programs[mode], graphs[mode], trainable, label, input_grads,
+                                         inference_only=evaluation_only is not None)
+            except PortError as exc:
+                # The training graph's backward cannot be traced (a Function's backward deciding on tensor
+                # values): a module in evaluation mode still ports, refusing training when it is asked for.
+                if model.training or mode == "eval" or refused_training is not None:
+                    raise
+                refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
+                if mode == "both":
+                    graphs = {"eval": graphs["both"]}
+                    programs = {"eval": programs["both"]}
+                    fused = {"eval": fuse_graph(programs["eval"], graphs["eval"], trainable,
+                                                f"{name} ({_MODE_LABELS['eval']})", input_grads, inference_only=True)}
+                else:
+                    del graphs[mode], programs[mode]
         if compile_inputs is not None:
             for mode, graph in fused.items():
                 graph.compile_sizes = _size_values(programs[mode], compile_inputs)

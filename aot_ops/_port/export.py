@@ -11,21 +11,24 @@
 - What runs under torch.no_grad() (spectral norm's power iteration, a detached statistic) is marked by
   torch.export as a set_grad_enabled(False) region, which run_decompositions inlines into ordinary nodes; its
   results are detached first, so that no gradient flows through them (MindSpore would differentiate them).
-- A torch.autograd.Function of the user's is refused: torch.export records what its forward computes, not its
-  backward, so MindSpore would differentiate the forward's operators instead, silently (a straight-through round
-  would get zero gradients).
+- A torch.autograd.Function of the user's is recorded as one operator standing for its application, whose
+  gradient is the Function's own backward (functions.py): torch.export alone would record what its forward
+  computes, and MindSpore would differentiate that instead, silently (a straight-through round would get zero
+  gradients). A graph that is never differentiated (inference only) keeps the forward's operators.
+- Operators a library registers with torch.library (not ATen) stay whole: the bridge calls them through torch's
+  dispatcher, their gradient through their registered autograd.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch._guards
 from torch.export import ExportedProgram
 
 from .._core import native_state as _runtime
@@ -33,6 +36,7 @@ from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import PortError
 from .functionalize import functionalize, retarget_devices
+from .functions import recorded_as_operators
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
@@ -59,8 +63,6 @@ def refusal(node: torch.fx.Node) -> str | None:
         return None  # never an operator call
     if target in _DROPOUTS:
         return None if dropout_is_identity(node) else "it draws random numbers (dropout with p > 0 in training)"
-    if target.namespace != "aten":
-        return f"it is not an ATen operator ({target.namespace}::)"
     try:
         call = _example_call(node)
         attrs, tensors, _key = encode(call)
@@ -113,7 +115,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            with _explained("torch.export could not trace the module"), _refusing_custom_backwards(), \
+            functions = contextlib.nullcontext() if inference_only else recorded_as_operators()
+            with _explained("torch.export could not trace the module"), functions, \
                     _fixed_keywords(model, inputs.fixed_kwargs):
                 program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
                                               dynamic_shapes=dynamic_shapes)
@@ -123,6 +126,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                 _detach_no_grad_results(program)
                 with _explained("torch.export could not make the graph functional"):
                     program = program.run_decompositions({})
+            if not inference_only:
+                _differentiable_copies(program)
             return _decompose_refused(program)
     finally:
         model.train(was_training)
@@ -146,34 +151,6 @@ def _fixed_keywords(model: torch.nn.Module, fixed: dict[str, Any]):
             model.forward = own
         else:
             del model.forward
-
-
-@contextlib.contextmanager
-def _refusing_custom_backwards():
-    """Raises PortError when the traced code applies a torch.autograd.Function defined outside torch (torch's own,
-    such as reentrant checkpointing, compute the derivative of their forward). Function.apply is patched for the
-    duration of the export: porting is not meant to run beside other torch work in the process."""
-    function = torch.autograd.Function
-    original = function.__dict__["apply"]
-
-    def apply(cls, *args, **kwargs):
-        if not cls.__module__.startswith("torch."):
-            try:
-                where = f" ({inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]})"
-            except (OSError, TypeError):
-                where = ""
-            raise PortError(
-                f"{cls.__qualname__}{where} is a torch.autograd.Function with its own backward; torch.export keeps "
-                "only what its forward computes, so MindSpore would differentiate that instead, silently (a "
-                "straight-through estimator would get zero gradients). Write it with operators whose derivative is "
-                "the gradient wanted, e.g. a straight-through round as x + (torch.round(x) - x).detach()")
-        return original.__func__(cls, *args, **kwargs)
-
-    function.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        function.apply = original
 
 
 def _without_regions(program: ExportedProgram) -> bool:
@@ -200,6 +177,32 @@ def _detach_no_grad_results(program: ExportedProgram) -> None:
             item.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
             changed = True
     if changed:
+        program.graph_module.recompile()
+
+
+def _differentiable_copies(program: ExportedProgram) -> None:
+    """aten.copy (functionalisation's form of `x[...] = y` and `x.copy_(y)`) has no derivative in torch, so its
+    bridged backward would fail. Each is rewritten as what it computes: the source cast to the destination's dtype,
+    broadcast to its shape (expand_as) and cloned (a tensor of its own); the destination then gets no gradient, as
+    in torch."""
+    graph = program.graph_module.graph
+    copies = [n for n in graph.nodes if n.target is torch.ops.aten.copy.default]
+    for node in copies:
+        dest, src = node.args[0], node.args[1]
+        dest_val, src_val = dest.meta["val"], src.meta["val"]
+        fake = torch._guards.detect_fake_mode([dest_val, src_val]) or contextlib.nullcontext()
+        with graph.inserting_before(node), fake:
+            value = src
+            if src_val.dtype != dest_val.dtype:
+                value = graph.call_function(torch.ops.aten._to_copy.default, (src,), {"dtype": dest_val.dtype})
+                value.meta = dict(node.meta, val=src_val.to(dest_val.dtype))
+            expanded = graph.call_function(torch.ops.aten.expand_as.default, (value, dest))
+            expanded.meta = dict(node.meta, val=value.meta["val"].expand_as(dest_val))
+            copied = graph.call_function(torch.ops.aten.clone.default, (expanded,))
+            copied.meta = dict(node.meta, val=expanded.meta["val"].clone())
+        node.replace_all_uses_with(copied)
+        graph.erase_node(node)
+    if copies:
         program.graph_module.recompile()
 
 

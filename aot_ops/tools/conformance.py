@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._core.convert import to_ms, to_torch
+from .._core.mindspore_private import end_aborted_gradient
 from ..errors import Error
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -58,6 +59,7 @@ def _stage(name: str):
     except OutOfScope:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure is a result of the stage
+        end_aborted_gradient()  # a failure inside a gradient's forward would leave PyNative recording
         raise StageFailure(name, exc) from exc
 
 

@@ -182,6 +182,26 @@ def _families() -> list[Family]:
                    hidden_size=32, num_hidden_layers=1, num_attention_heads=4, mlp_ratio=2, drop_path_rate=0.0,
                    layerscale_value=0.5, num_labels=3, **_NO_DROPOUT_BERT), _image_batch(24)),
             note="position embeddings interpolated to a larger image (bicubic)"),
+        Family("bloom", "decoder", lambda: (
+            build_model("BloomForCausalLM", "BloomConfig", vocab_size=99, hidden_size=32, n_layer=1, n_head=4,
+                        hidden_dropout=0.0, attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        use_cache=False), _text_batch(labels="tokens")),
+            note="GeLU as a torch.autograd.Function with a hand-written backward"),
+        Family("recurrent_gemma", "decoder", lambda: (
+            build_model("RecurrentGemmaForCausalLM", "RecurrentGemmaConfig", vocab_size=99, hidden_size=32,
+                        intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        lru_width=32, attention_window_size=8, conv1d_width=4, block_types=["recurrent", "attention"],
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False),
+            _text_batch(labels="tokens")),
+            note="a gated linear recurrence; a torch.autograd.Function clips the square root's derivative"),
+        Family("mixtral", "decoder", lambda: (
+            build_model("MixtralForCausalLM", "MixtralConfig", num_local_experts=4, num_experts_per_tok=2,
+                        num_key_value_heads=2, router_jitter_noise=0.0, use_cache=False,
+                        **dict(_SMALL_DECODER, intermediate_size=40)),
+            _text_batch(labels="tokens")),
+            note="mixture of experts: transformers' grouped matrix product, a torch.library operator looping over "
+                 "token groups sized by the routing (intermediate size 40: torch's own grouped product needs strides "
+                 "of 16 bytes)"),
         Family("wav2vec2", "audio", lambda: (
             build_model("Wav2Vec2ForSequenceClassification", "Wav2Vec2Config", **_SMALL_AUDIO), _audio_batch())),
         Family("hubert", "audio", lambda: (

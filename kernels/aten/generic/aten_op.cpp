@@ -164,6 +164,18 @@ int backward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
       const at::Tensor &t = call.input(i);
       differentiable[i] = t.defined() && (at::isFloatingType(t.scalar_type()) || t.is_complex());
     }
+    // Outputs of integer or boolean dtype carry no gradient (cumsum of float counts with dtype=int32): with no
+    // floating cotangent there is nothing to replay (torch's autograd would refuse the integer result).
+    bool any_gradient = false;
+    for (int k = 0; k < n_cotangents; ++k) {
+      const at::Tensor &c = call.input(n_in + k);
+      any_gradient = any_gradient || (c.defined() && (at::isFloatingType(c.scalar_type()) || c.is_complex()));
+    }
+    if (!any_gradient) {
+      for (int i = 0; i < n_in; ++i) call.output(i).zero_();
+      call.check_outputs_intact();
+      return;
+    }
     std::vector<at::Tensor> leaves;
     std::vector<at::Tensor> results;
     // Some operators refuse a gradient for some floating inputs (batch norm's running statistics, a loss's target):

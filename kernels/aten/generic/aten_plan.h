@@ -163,7 +163,11 @@ inline std::string tag_refusal(const c10::OperatorHandle &op) {
 // - tensor results only, and at least one tensor argument (a factory such as from_file reads files).
 inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories) {
   const c10::FunctionSchema &schema = op.schema();
-  if (schema.name().rfind("aten::", 0) != 0) return "it is not an ATen operator (only aten:: operators are bridged)";
+  // ATen's operators, and those a library registers with torch.library (mylib::op, called through the same
+  // dispatcher, its Python kernel under the GIL). torch's tracing namespaces have no kernels to run.
+  for (const char *internal : {"prims::", "prim::", "higher_order::"})
+    if (schema.name().rfind(internal, 0) == 0)
+      return std::string("it is not an ATen operator (") + internal + " operators are torch's own, for tracing)";
   if (!call_rule_of(qualified_name(schema))) {
     const std::string tagged = tag_refusal(op);
     if (!tagged.empty()) return tagged;
@@ -274,8 +278,6 @@ struct AtenPlan {
   }
 
   void parse(const ms_ext::Attrs &attrs, bool allow_factories) {
-    if (name.rfind("aten::", 0) != 0)
-      throw std::invalid_argument("cannot be bridged: it is not an ATen operator (only aten:: operators are bridged)");
     op = find_operator(name);
     shape_inputs = static_cast<int>(attrs.get<int64_t>("aten_shape_inputs", 0));
     // A factory sized by another input's shape (shape_inputs) is a tensor -> tensor operator like any other.

@@ -1,0 +1,259 @@
+"""A user's torch.autograd.Function, ported with its own backward: each application becomes an operator.
+
+torch.export records what a Function's forward computes, not its backward: MindSpore would differentiate the
+forward's operators instead, silently (a straight-through round would get zero gradients). So while a module is
+exported, `Function.apply` of a Function defined outside torch records one call of an operator registered for
+that application with torch.library (namespace `aot_ops_fn`), whose
+
+- kernel runs the Function's forward (through a stand-in ctx that records what it saves, below autograd),
+- autograd formula runs the Function's forward again on the saved inputs, then the user's backward with that
+  ctx: saved tensors, attributes set on ctx, `needs_input_grad`, several outputs, `once_differentiable` and
+  `set_materialize_grads` behave as in torch.
+
+From then on the application is an operator like any other: bridged one aot call per node through torch's
+dispatcher (its gradient through torch's autograd, which calls the formula above), and traced by AOTAutograd for
+fuse=True, whose backward graph then holds the ATen operators of the user's backward. Non-tensor arguments
+(a scale, a dim) are fixed per application, as torch.export fixes them; the operator takes the tensors.
+
+Operators live as long as the process (torch.library cannot remove one): one per application site and set of
+fixed arguments, reused when the same application is exported again.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch._guards
+
+NAMESPACE = "aot_ops_fn"
+_library = torch.library.Library(NAMESPACE, "FRAGMENT")
+_lock = threading.Lock()
+_counter = itertools.count()
+_by_key: dict[tuple, str] = {}   # (Function class, fixed arguments, tensor count) -> operator name
+_applications: dict[str, "Application"] = {}
+_returns_tuple: dict[str, bool] = {}  # per operator: whether the forward returned a tuple (known once it ran)
+
+
+@dataclass(frozen=True)
+class Application:
+    """One way a Function is applied: its class and the arguments with the tensors left out (None marks a slot)."""
+
+    function: type
+    template: tuple           # the positional arguments, a tensor's place holding _TENSOR
+    num_tensors: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.function.__qualname__}{where(self.function)}"
+
+    def arguments(self, tensors) -> list:
+        values = iter(tensors)
+        return [next(values) if a is _TENSOR else a for a in self.template]
+
+
+class _Slot:
+    def __repr__(self):
+        return "<tensor>"
+
+
+_TENSOR = _Slot()
+
+
+def where(function: type) -> str:
+    """' (file.py:line)' of a Function's class, or '' when Python cannot tell."""
+    try:
+        return f" ({inspect.getsourcefile(function)}:{inspect.getsourcelines(function)[1]})"
+    except (OSError, TypeError):
+        return ""
+
+
+def is_users(function: type) -> bool:
+    """A Function defined outside torch (torch's own, such as reentrant checkpointing, compute the derivative of
+    their forward and are traced through)."""
+    return not function.__module__.startswith("torch.")
+
+
+class _Context:
+    """What a Function's forward and backward see as `ctx`: save_for_backward / saved_tensors, attributes,
+    needs_input_grad, mark_non_differentiable, set_materialize_grads (mark_dirty is refused: an in-place forward
+    cannot be an operator of a functional graph)."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self.saved_tensors: tuple = ()
+        self.materialize_grads = True
+        self.non_differentiable: list = []
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def save_for_forward(self, *tensors):
+        pass  # forward-mode derivatives are not ported
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable.extend(tensors)
+
+    def set_materialize_grads(self, value: bool):
+        self.materialize_grads = value
+
+    def mark_dirty(self, *tensors):
+        raise RuntimeError("the Function modifies its input in place (ctx.mark_dirty): it cannot be ported; return "
+                           "a new tensor instead")
+
+    @property
+    def saved_variables(self):
+        return self.saved_tensors
+
+
+def _uses_setup_context(function: type) -> bool:
+    return function.setup_context is not torch.autograd.function._SingleLevelFunction.setup_context
+
+
+def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any]:
+    ctx = _Context(needs_input_grad)
+    args = app.arguments(tensors)
+    with torch.no_grad():
+        if _uses_setup_context(app.function):
+            output = app.function.forward(*args)
+            app.function.setup_context(ctx, tuple(args), output)
+        else:
+            output = app.function.forward(ctx, *args)
+    return ctx, output
+
+
+def _flat_outputs(app: Application, output, inputs) -> list[torch.Tensor]:
+    """The forward's tensors as the operator's outputs: a tensor or a tuple of tensors. An output that is an input
+    or a view of one is copied (an operator's outputs may not alias its inputs)."""
+    outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+    if not all(isinstance(o, torch.Tensor) for o in outputs):
+        kinds = ", ".join(type(o).__name__ for o in outputs)
+        raise TypeError(f"{app.label} returns {kinds}: only tensors can be ported as a Function's outputs")
+    return [o.clone() if any(torch._C._is_alias_of(o, t) for t in inputs if isinstance(t, torch.Tensor)) else o
+            for o in outputs]
+
+
+def _tensor_needs(app: Application, tensor_needs) -> tuple[bool, ...]:
+    """needs_input_grad over all the forward's arguments (non-tensor ones False), from the operator's."""
+    needs = iter(tensor_needs)
+    return tuple(next(needs) if a is _TENSOR else False for a in app.template)
+
+
+def _kernel(name: str) -> Callable:
+    def kernel(*tensors):
+        app = _applications[name]
+        _ctx, output = _forward(app, tensors, (False,) * len(app.template))
+        _returns_tuple[name] = isinstance(output, (tuple, list))
+        return _flat_outputs(app, output, tensors)
+    return kernel
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(name: str) -> Callable:
+    def backward(ctx, grads):
+        app = _applications[name]
+        tensors = ctx.saved_tensors
+        user_ctx, output = _forward(app, tensors, _tensor_needs(app, ctx.needs_input_grad))
+        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        grads = list(grads)
+        for k, g in enumerate(grads):
+            if g is None and user_ctx.materialize_grads:
+                grads[k] = torch.zeros_like(outputs[k])
+        try:
+            results = app.function.backward(user_ctx, *grads)
+        except Exception as exc:
+            if torch._guards.detect_fake_mode(grads) is None:
+                raise  # a run on real values: the user's own error
+            from .errors import PortError
+            raise PortError(f"{app.label}: its backward cannot be traced into ATen operators for fuse=True "
+                            f"({type(exc).__name__}: {exc}). Port with fuse=False (the backward then runs as "
+                            "Python on real values), or write the backward without Python control flow on "
+                            "tensor values") from exc
+        results = list(results) if isinstance(results, (tuple, list)) else [results]
+        if len(results) < len(app.template):
+            raise RuntimeError(f"{app.label}: backward returned {len(results)} gradients for "
+                               f"{len(app.template)} forward arguments")
+        tensor_grads = [g for g, a in zip(results, app.template) if a is _TENSOR]
+        return tuple(g if g is None or not isinstance(g, torch.Tensor) else g.to(t.dtype)
+                     for g, t in zip(tensor_grads, tensors))
+    return backward
+
+
+def _fixed(value) -> Any:
+    """A non-tensor argument as a hashable key part (lists become tuples), or TypeError for what cannot be fixed."""
+    if isinstance(value, (bool, int, float, str, type(None), torch.dtype, torch.device)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return tuple(_fixed(v) for v in value)
+    raise TypeError(type(value).__name__)
+
+
+def operator_for(function: type, args: tuple) -> tuple[Callable, list[torch.Tensor]]:
+    """The operator standing for `function.apply(*args)`, and the tensors to call it with."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    template = tuple(_TENSOR if isinstance(a, torch.Tensor) else a for a in args)
+    try:
+        key = (function, tuple(None if a is _TENSOR else (type(a), _fixed(a)) for a in template))
+    except TypeError as exc:
+        from .errors import PortError
+        raise PortError(f"{function.__qualname__}{where(function)} is a torch.autograd.Function given a "
+                        f"{exc} argument; only tensors and plain values (numbers, strings, lists, dtypes) can be "
+                        "ported") from None
+    with _lock:
+        name = _by_key.get(key)
+        if name is None:
+            name = f"{re.sub(r'[^A-Za-z0-9_]', '_', function.__qualname__)}_{next(_counter)}"
+            _register(name, len(tensors))
+            _by_key[key] = name
+        _applications[name] = Application(function, template, len(tensors))
+    return getattr(getattr(torch.ops, NAMESPACE), name).default, tensors
+
+
+def _register(name: str, num_tensors: int) -> None:
+    params = ", ".join(f"Tensor t{k}" for k in range(num_tensors))
+    _library.define(f"{name}({params}) -> Tensor[]")
+    qualified = f"{NAMESPACE}::{name}"
+    _library.impl(name, _kernel(name), "CompositeExplicitAutograd")
+    torch.library.register_fake(qualified, _kernel(name), lib=_library)
+    torch.library.register_autograd(qualified, _backward(name), setup_context=_setup_context, lib=_library)
+
+
+def application(overload) -> Application | None:
+    """The Function application an operator stands for, or None for any other operator."""
+    if getattr(overload, "namespace", None) != NAMESPACE:
+        return None
+    return _applications.get(overload._schema.name.split("::", 1)[1])
+
+
+@contextlib.contextmanager
+def recorded_as_operators():
+    """For the duration of an export: each application of a user's Function records a call of its operator
+    (Function.apply is patched: porting is not meant to run beside other torch work in the process)."""
+    function = torch.autograd.Function
+    original = function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        if not is_users(cls):
+            return original.__func__(cls, *args, **kwargs)
+        if kwargs:
+            from .errors import PortError
+            raise PortError(f"{cls.__qualname__}{where(cls)}: a torch.autograd.Function applied with keyword "
+                            "arguments cannot be ported; pass them positionally")
+        op, tensors = operator_for(cls, args)
+        outputs = op(*tensors)
+        return tuple(outputs) if _returns_tuple[op._schema.name.split("::", 1)[1]] else outputs[0]
+
+    function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        function.apply = original
+

@@ -416,10 +416,11 @@ def test_dynamic_shapes_without_output_shapes_are_a_clear_error():
 
 
 @pytest.mark.parametrize("name,message", [
-    ("", r"'' is not an ATen operator name"),
-    ("aten::.Tensor", r"'aten::.Tensor' is not an ATen operator name"),
-    ("aten::add.", r"'aten::add.' is not an ATen operator name"),
-    ("prims::neg", r"'prims::neg' is not an ATen operator name"),
+    ("", r"'' is not an operator name"),
+    ("aten::.Tensor", r"'aten::.Tensor' is not an operator name"),
+    ("aten::add.", r"'aten::add.' is not an operator name"),
+    ("prims::neg", r"prims::neg.*it is not an ATen operator \(prims:: operators are torch's own"),
+    ("mylib::nothing", r"unknown operator \(none is registered with torch.library\) 'mylib::nothing'"),
     ("aten::__dict__", r"unknown ATen operator 'aten::__dict__'"),
 ])
 def test_malformed_operator_names_are_named_in_the_error(name, message):

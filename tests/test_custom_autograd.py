@@ -97,16 +97,36 @@ class SplitHalves(torch.autograd.Function):
         return torch.cat([grad_doubled * 2, grad_exp * exp], dim=-1)
 
 
+class MaskedSoftmax(torch.autograd.Function):
+    """As DeBERTa's XSoftmax: makes a constant (torch.tensor) and writes into its own result in place, saves its
+    output, and differentiates with torch's softmax backward."""
+
+    @staticmethod
+    def forward(ctx, x, mask, dim):
+        ctx.dim = dim
+        rmask = ~mask.to(torch.bool)
+        out = torch.softmax(x.masked_fill(rmask, torch.tensor(torch.finfo(x.dtype).min)), dim)
+        out.masked_fill_(rmask, 0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return torch._softmax_backward_data(grad, out, ctx.dim, out.dtype), None, None
+
+
 class FunctionNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.inp = nn.Linear(8, 16)
         self.out = nn.Linear(8, 4)
         self.register_buffer("gate", torch.linspace(0.5, 1.5, 16))
+        self.register_buffer("mask", (torch.arange(16) % 5 != 0).long())
 
     def forward(self, x):
         h = TanhGelu.apply(self.inp(x))
-        h = GatedProduct.apply(h, self.gate, 0.5)
+        h = GatedProduct.apply(h, self.gate, 0.5) + MaskedSoftmax.apply(h, self.mask, -1)
         doubled, exp = SplitHalves.apply(h)
         return self.out(RoundThrough.apply(doubled, 4.0) + GradientReversal.apply(exp, 0.3))
 
@@ -377,3 +397,24 @@ def test_a_library_operator_is_reachable_as_an_aot_op(mode):
 def test_an_unknown_library_operator_is_named():
     with pytest.raises(AttributeError, match=r"unknown operator .*'aot_ops_tests::missing'"):
         aten.op("aot_ops_tests::missing")
+
+
+_LIB.define("without_fake(Tensor x) -> Tensor")
+_LIB.impl("without_fake", lambda x: x * 2, "CPU")
+
+
+class _WithoutFake(nn.Module):
+    def forward(self, x):
+        return torch.ops.aot_ops_tests.without_fake(x) + 1
+
+
+def test_a_library_operator_without_a_fake_implementation_is_refused_with_what_to_do():
+    x = torch.ones(3)
+    with pytest.raises(aot_ops.PortError, match=r"aot_ops_tests.without_fake.default has no fake \(meta\) "
+                                                r"implementation.*torch.library.register_fake"):
+        aot_ops.from_torch(_WithoutFake(), (x,))
+    with pytest.raises(aot_ops.Error, match=r"aot_ops_tests::without_fake: cannot run on inputs \(\[3\] float32\).*"
+                                            r"no fake \(meta\) implementation.*register_fake"):
+        aten.op("aot_ops_tests::without_fake")(to_ms(x))
+    torch.testing.assert_close(to_torch(aten.op("aot_ops_tests::scaled_softplus", beta=1.0)(to_ms(x))),
+                               scaled_softplus(x, 1.0))  # the next call works

@@ -61,9 +61,17 @@ class MetaInference:
                 result = self.fn(*inputs)
         except Exception as exc:  # torch explains why (shape mismatch, unsupported dtype, ...)
             described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
-            raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}") from None
+            raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}{_advice(exc)}") from None
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         return [tuple(o.shape) for o in outputs], [o.dtype for o in outputs]
+
+
+def _advice(exc: Exception) -> str:
+    """What to do when torch has no way to compute an operator's outputs without running it."""
+    if type(exc).__name__ == "UnsupportedOperatorException":  # fake tensors met an operator with no fake kernel
+        return ("; it has no fake (meta) implementation to infer its outputs from: register one with "
+                "torch.library.register_fake")
+    return ""
 
 
 class InferredOutputs:

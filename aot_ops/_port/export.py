@@ -242,4 +242,7 @@ def _explained(what: str):
         text = str(exc).strip()
         if "transformers.cache_utils" in text:
             raise PortError(f"{what}: {CACHE_ADVICE}") from exc
+        if type(exc).__name__ == "UnsupportedOperatorException":  # an operator with no fake kernel
+            raise PortError(f"{what}: {text.splitlines()[0]} has no fake (meta) implementation, which torch.export "
+                            "needs to trace it: register one with torch.library.register_fake") from exc
         raise PortError(f"{what}: {type(exc).__name__}: {text}") from exc

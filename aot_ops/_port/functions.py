@@ -129,13 +129,17 @@ def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any
 
 def _flat_outputs(app: Application, output, inputs) -> list[torch.Tensor]:
     """The forward's tensors as the operator's outputs: a tensor or a tuple of tensors. An output that is an input
-    or a view of one is copied (an operator's outputs may not alias its inputs)."""
+    or a view of one, or of an earlier output, is copied (an operator's outputs may not alias its inputs or each
+    other)."""
     outputs = list(output) if isinstance(output, (tuple, list)) else [output]
     if not all(isinstance(o, torch.Tensor) for o in outputs):
         kinds = ", ".join(type(o).__name__ for o in outputs)
         raise TypeError(f"{app.label} returns {kinds}: only tensors can be ported as a Function's outputs")
-    return [o.clone() if any(torch._C._is_alias_of(o, t) for t in inputs if isinstance(t, torch.Tensor)) else o
-            for o in outputs]
+    flat: list[torch.Tensor] = []
+    for o in outputs:  # nor may they alias each other (a saved output returned by the replay)
+        others = [t for t in inputs if isinstance(t, torch.Tensor)] + flat
+        flat.append(o.clone() if any(torch._C._is_alias_of(o, t) for t in others) else o)
+    return flat
 
 
 def _tensor_needs(app: Application, tensor_needs) -> tuple[bool, ...]:
@@ -153,6 +157,35 @@ def _kernel(name: str) -> Callable:
     return kernel
 
 
+def _replay_kernel(name: str) -> Callable:
+    """The forward run again for a traced backward: its outputs, then the tensors it saved (a None saved is left
+    out; the layout is kept with the ctx). Being an operator, its fake implementation runs the forward under fake
+    tensors alone, as torch.export did, not under AOTAutograd's tracing modes (where a constant the forward makes,
+    torch.tensor(finfo.min), cannot be traced)."""
+    def replay(*tensors):
+        app = _applications[name]
+        ctx, output = _forward(app, tensors, (True,) * len(app.template))
+        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        saved = [t for t in ctx.saved_tensors if t is not None]
+        _replayed.context = (ctx, len(outputs))
+        return _flat_outputs(app, outputs + saved, tensors)
+    return replay
+
+
+_replayed = threading.local()  # the ctx of the last replay's run, read by the traced backward that asked for it
+
+
+def _traced_forward(app: Application, name: str, tensors, needs_input_grad) -> tuple[_Context, list]:
+    """For a backward being traced (fuse=True): the forward's ctx and outputs through the replay operator."""
+    values = getattr(getattr(torch.ops, NAMESPACE), f"{name}_replay").default(*tensors)
+    ran, num_outputs = _replayed.context
+    ctx = _Context(needs_input_grad)
+    ctx.__dict__.update({k: v for k, v in ran.__dict__.items() if k not in ("needs_input_grad", "saved_tensors")})
+    saved = iter(values[num_outputs:])
+    ctx.saved_tensors = tuple(None if t is None else next(saved) for t in ran.saved_tensors)
+    return ctx, list(values[:num_outputs])
+
+
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
@@ -161,8 +194,12 @@ def _backward(name: str) -> Callable:
     def backward(ctx, grads):
         app = _applications[name]
         tensors = ctx.saved_tensors
-        user_ctx, output = _forward(app, tensors, _tensor_needs(app, ctx.needs_input_grad))
-        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        needs = _tensor_needs(app, ctx.needs_input_grad)
+        if torch._guards.detect_fake_mode(list(tensors) + list(grads)) is not None:
+            user_ctx, outputs = _traced_forward(app, name, tensors, needs)
+        else:
+            user_ctx, output = _forward(app, tensors, needs)
+            outputs = list(output) if isinstance(output, (tuple, list)) else [output]
         grads = list(grads)
         for k, g in enumerate(grads):
             if g is None and user_ctx.materialize_grads:
@@ -223,6 +260,9 @@ def _register(name: str, num_tensors: int) -> None:
     qualified = f"{NAMESPACE}::{name}"
     _library.impl(name, _kernel(name), "CompositeExplicitAutograd")
     torch.library.register_fake(qualified, _kernel(name), lib=_library)
+    _library.define(f"{name}_replay({params}) -> Tensor[]")
+    _library.impl(f"{name}_replay", _replay_kernel(name), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{qualified}_replay", _replay_kernel(name), lib=_library)
     torch.library.register_autograd(qualified, _backward(name), setup_context=_setup_context, lib=_library)
 
 

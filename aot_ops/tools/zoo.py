@@ -202,6 +202,18 @@ def _families() -> list[Family]:
             note="mixture of experts: transformers' grouped matrix product, a torch.library operator looping over "
                  "token groups sized by the routing (intermediate size 40: torch's own grouped product needs strides "
                  "of 16 bytes)"),
+        Family("sew_d", "audio", lambda: (
+            build_model("SEWDForSequenceClassification", "SEWDConfig", squeeze_factor=2, max_position_embeddings=32,
+                        position_buckets=16, activation_dropout=0.0, hidden_dropout=0.0, attention_dropout=0.0,
+                        feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+                        mask_feature_prob=0.0, num_labels=3, classifier_proj_size=16,
+                        **{k: v for k, v in _SMALL_AUDIO.items() if k not in ("hidden_dropout", "attention_dropout",
+                                                                               "activation_dropout", "feat_proj_dropout",
+                                                                               "final_dropout", "layerdrop",
+                                                                               "mask_time_prob", "mask_feature_prob",
+                                                                               "num_labels", "classifier_proj_size")}),
+            _audio_batch()),
+            note="DeBERTa-style attention whose softmax is a torch.autograd.Function (XSoftmax) with its own backward"),
         Family("wav2vec2", "audio", lambda: (
             build_model("Wav2Vec2ForSequenceClassification", "Wav2Vec2Config", **_SMALL_AUDIO), _audio_batch())),
         Family("hubert", "audio", lambda: (

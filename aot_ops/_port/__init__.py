@@ -2,7 +2,8 @@
 
     cell = aot_ops.from_torch(model, (x,))                     # PyNative and GRAPH_MODE, gradients, training
 
-The pieces: export.py (torch.export at the functional level, decomposing only what the bridge refuses),
+The pieces: export.py (torch.export at the functional level, decomposing only what the bridge refuses; a user's
+torch.autograd.Function kept with its backward as one operator, functions.py),
 graph.py (the exported graph read as aten.op calls, with every refusal named by node and source line), codegen.py
 (the Cell's source, written to the build cache: GRAPH_MODE compiles from source), cell.py (structure, parameters,
 buffers, weights both ways, training and evaluation).

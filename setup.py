@@ -38,7 +38,8 @@ class BuildBundledLibraries(BuildAotExtension):
         if not isinstance(ext, front_build.FrontExtension):
             return super().build_extension(ext)
         build_dir = Path("build" if self.final_in_source_tree else self.build_temp) / "aot_front"
-        front_build.build(Path(self.get_ext_fullpath(ext.name)).resolve(), build_dir.resolve())
+        front_build.build(Path(self.get_ext_fullpath(ext.name)).resolve(), build_dir.resolve(),
+                          in_place=bool(self.inplace or self.editable_mode))
 
 
 def cpu_kernel_sources() -> list[Path]:

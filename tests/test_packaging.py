@@ -152,9 +152,12 @@ def test_the_fronts_link_line_names_mindspores_folders():
     from aot_ops._front.build import link_flags
 
     flags = ["-shared", "-Wl,-z,now", "-Wl,--disable-new-dtags,--rpath", "-s", "-lmindspore_core"]
-    fixed = link_flags(flags, "/env/mindspore/lib")
-    assert "-Wl,--disable-new-dtags" in fixed and not any(f.endswith("--rpath") for f in fixed)
+    fixed = link_flags(flags, "/env/mindspore/lib")  # an editable install: the front stays in the checkout
+    assert not any(f.endswith("--rpath") or "--disable-new-dtags" in f for f in fixed)
+    assert "-Wl,--enable-new-dtags" in fixed  # RUNPATH: below LD_LIBRARY_PATH, not inherited
     assert fixed[-1] == "'-Wl,-rpath,$$ORIGIN/../../mindspore/lib:/env/mindspore/lib'"
+    # a wheel: nothing of the build environment (pip's temporary folder under /tmp) is searched
+    assert link_flags(flags, None)[-1] == "'-Wl,-rpath,$$ORIGIN/../../mindspore/lib'"
 
 
 TORCH_ELSEWHERE = '''

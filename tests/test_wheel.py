@@ -99,6 +99,21 @@ def test_installed_package_is_the_wheel_with_its_sources(installed):
     assert sources == "True True" and headers == "True"
 
 
+def test_every_library_of_the_wheel_searches_only_beside_itself(installed):
+    """No RPATH (it outranks LD_LIBRARY_PATH), and RUNPATH entries relative to $ORIGIN only: a build-time folder
+    (pip's temporary build environment under /tmp) would be searched wherever the wheel is installed."""
+    out = _python(installed, "import aot_ops, pathlib; print(pathlib.Path(aot_ops.__file__).parent)")
+    libraries = sorted(Path(out.strip()).rglob("*.so"))
+    assert {p.name for p in libraries} >= {"libaot_ops_cpu.so", "_pynative_front.so"}, libraries
+    for library in libraries:
+        dynamic = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
+        assert "(RPATH)" not in dynamic, (library.name, dynamic)
+        for line in dynamic.splitlines():
+            if "(RUNPATH)" in line:
+                for entry in line.split("[", 1)[1].rsplit("]", 1)[0].split(":"):
+                    assert entry.startswith("$ORIGIN"), (library.name, entry)
+
+
 def test_bundled_library_finds_torch_beside_itself(installed):
     out = _python(installed, "import aot_ops; print(aot_ops.library_path())")
     library = Path(out.strip())

@@ -27,7 +27,7 @@ class Backward:
     """The backward kernel of an operator.
 
     `make_bprop(backward_op, num_grad_inputs)` returns MindSpore's bprop(*inputs, out, dout) calling it (see
-    _bprops.py for the common shapes; GRAPH_MODE needs a bprop that names every parameter). The kernel gets the
+    bprops.py for the common shapes; GRAPH_MODE needs a bprop that names every parameter). The kernel gets the
     forward's attributes unless `attrs` is given, and lives in the forward's library unless `library` is given.
     """
 

@@ -26,34 +26,41 @@ class FrontExtension(Extension):
 MINDSPORE_LIB_FROM_FRONT = "$ORIGIN/../../mindspore/lib"
 
 
-def link_flags(flags: list[str], mindspore_lib: str) -> list[str]:
-    """CustomOpBuilder's link line with a RUNPATH that can be searched.
+def link_flags(flags: list[str], mindspore_lib: str | None) -> list[str]:
+    """CustomOpBuilder's link line with a RUNPATH that can be searched, and nothing else.
 
     MindSpore 2.10 ends one flag with a bare `--rpath`, so the linker takes the next library argument as the path
     and the front carried RPATH `--library=mindspore_core`, searched from the caller's working directory. That flag
-    is dropped and the real folders are named: MindSpore's lib beside an installed front, and the build
-    environment's (an editable install)."""
+    is dropped. Its `--disable-new-dtags` (RPATH, which outranks LD_LIBRARY_PATH and is inherited by what the
+    library loads) becomes RUNPATH. The folders named: MindSpore's lib beside an installed front, and
+    `mindspore_lib`, the build environment's, only for a front that stays where it was built (an editable install):
+    a wheel's build environment is a temporary folder that anyone could recreate."""
     kept = []
     for flag in flags:
         if flag.endswith(("--rpath", "-rpath")):
             flag = flag.rsplit(",", 1)[0]  # the dangling option goes, the options before it in the -Wl list stay
             if flag == "-Wl":
                 continue
+        flag = flag.replace("--disable-new-dtags", "--enable-new-dtags")
         kept.append(flag)
     # CustomOpBuilder writes the flags into a ninja file as they are, run by a shell: `$$` is ninja's `$`, and the
     # single quotes keep the shell from expanding $ORIGIN.
-    runpath = f"{MINDSPORE_LIB_FROM_FRONT}:{mindspore_lib}".replace("$", "$$")
-    return [*kept, f"'-Wl,-rpath,{runpath}'"]
+    folders = [MINDSPORE_LIB_FROM_FRONT] + ([mindspore_lib] if mindspore_lib else [])
+    runpath = ":".join(folders).replace("$", "$$")
+    return [*kept, "-Wl,--enable-new-dtags", f"'-Wl,-rpath,{runpath}'"]
 
 
-def build(output: Path, build_dir: Path) -> None:
-    """Compile the front into `output`. Raises when MindSpore is missing or the compile fails."""
+def build(output: Path, build_dir: Path, in_place: bool) -> None:
+    """Compile the front into `output`. `in_place`: the front stays where it is built (an editable install), so
+    it may also search the build environment's MindSpore. Raises when MindSpore is missing or the compile fails."""
     import mindspore
     from mindspore import ops
 
+    here = str(Path(mindspore.__file__).resolve().parent / "lib") if in_place else None
+
     class Builder(ops.CustomOpBuilder):
         def get_ldflags(self):
-            return link_flags(super().get_ldflags(), str(Path(mindspore.__file__).resolve().parent / "lib"))
+            return link_flags(super().get_ldflags(), here)
 
     build_dir.mkdir(parents=True, exist_ok=True)
     builder = Builder(MODULE, [str(SOURCE)], backend="CPU", build_dir=str(build_dir))

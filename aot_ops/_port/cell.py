@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
 from .._core.convert import ms_view, to_ms, to_torch, torch_view
+from .._core.mindspore_private import has_hooks, recompile_on_next_call
 from .._build.bundled import library_path
 from .._core.opdef import FRESH, OpDef
 from .._core.primitive import CALL_LOCK, AotOp, CppInference
@@ -180,7 +181,7 @@ class PortedCell(nn.Cell):
         as_graph = graph_mode or self._runs_as_graph()
         spec = self._spec.out_spec
         flat_twin = self.__dict__.get("_flat_twin")
-        with CALL_LOCK:  # one thread at a time (see _primitive.CALL_LOCK)
+        with CALL_LOCK:  # one thread at a time (see _core/primitive.py: CALL_LOCK)
             try:
                 if not graph_mode and as_graph:
                     result = self._pynative_graph()(args)
@@ -218,7 +219,7 @@ class PortedCell(nn.Cell):
     def _runs_as_graph(self) -> bool:
         """PyNative: one graph unless jit is off or hooks are registered (MindSpore runs a cell's hooks around its
         construct in Cell.__call__, which a graph call bypasses)."""
-        return self.__dict__["_jit"] and not (self._forward_pre_hook or self._forward_hook or self._backward_hook)
+        return self.__dict__["_jit"] and not has_hooks(self)
 
     def _pynative_graph(self) -> PyNativeGraph:
         graph = self.__dict__.get("_pynative_graph_entry")
@@ -251,7 +252,7 @@ class PortedCell(nn.Cell):
         RuntimeError (built-in operators too); a new creation time gives the next call a freshly compiled graph."""
         for cell in (self, self.__dict__.get("_flat_twin")):
             if cell is not None:
-                object.__setattr__(cell, "_create_time", time.time_ns())
+                recompile_on_next_call(cell)
 
     def _check_inputs(self, args) -> None:
         """The inputs' shapes and dtypes against those the module was ported for (construct checks again, for calls
@@ -391,7 +392,7 @@ class PortedCell(nn.Cell):
 
 def _program_operator(program, bprop=None, eager_front: bool = True) -> AotOp:
     """One program (program.py) as an operator of the bundled library's program entry. A backward program runs
-    inside MindSpore's bprop, where ops.Custom is faster than the PyNative front (see _opdef.py)."""
+    inside MindSpore's bprop, where ops.Custom is faster than the PyNative front (see _core/opdef.py)."""
     dtypes = list(program.out_dtypes)
     # A fresh identity: the attributes hold the whole program, too long to spell out as a stable one.
     return OpDef(library_path(), program.symbol, program.attrs, bprop=bprop, arity=program.arity,

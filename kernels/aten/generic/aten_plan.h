@@ -161,13 +161,20 @@ inline std::string tag_refusal(const c10::OperatorHandle &op) {
 // - nothing that writes into its arguments (in-place and out= overloads would change MindSpore's input buffers);
 // - no random numbers (they cannot match torch), no output sizes that depend on input values;
 // - tensor results only, and at least one tensor argument (a factory such as from_file reads files).
+// ATen's operators, and those a library registers with torch.library (mylib::op, called through the same
+// dispatcher, a Python kernel taking the GIL), are bridged; torch's tracing namespaces have no kernels to run (and
+// are registered only once Python imports them: judged by the name, before any lookup).
+inline std::string tracing_namespace_refusal(const std::string &name) {
+  for (const char *internal : {"prims::", "prim::", "higher_order::"})
+    if (name.rfind(internal, 0) == 0)
+      return std::string("it is not an ATen operator (") + internal + " operators are torch's own, for tracing)";
+  return "";
+}
+
 inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories) {
   const c10::FunctionSchema &schema = op.schema();
-  // ATen's operators, and those a library registers with torch.library (mylib::op, called through the same
-  // dispatcher, its Python kernel under the GIL). torch's tracing namespaces have no kernels to run.
-  for (const char *internal : {"prims::", "prim::", "higher_order::"})
-    if (schema.name().rfind(internal, 0) == 0)
-      return std::string("it is not an ATen operator (") + internal + " operators are torch's own, for tracing)";
+  const std::string internal = tracing_namespace_refusal(schema.name());
+  if (!internal.empty()) return internal;
   if (!call_rule_of(qualified_name(schema))) {
     const std::string tagged = tag_refusal(op);
     if (!tagged.empty()) return tagged;
@@ -278,6 +285,8 @@ struct AtenPlan {
   }
 
   void parse(const ms_ext::Attrs &attrs, bool allow_factories) {
+    const std::string internal = tracing_namespace_refusal(name);
+    if (!internal.empty()) throw Refused("cannot be bridged: " + internal, internal);
     op = find_operator(name);
     shape_inputs = static_cast<int>(attrs.get<int64_t>("aten_shape_inputs", 0));
     // A factory sized by another input's shape (shape_inputs) is a tensor -> tensor operator like any other.

@@ -38,3 +38,17 @@ def test_the_zoo_has_the_families_people_port():
     assert len(set(zoo.FAMILIES) - required) >= 6
     kinds = {f.kind for f in zoo.FAMILIES.values()}
     assert kinds == {"text", "decoder", "seq2seq", "vision", "audio"}
+    # each entry builds the transformers class it names, with the batch its kind needs, and what it brings
+    # beyond ATen is there: a Function of transformers' own, and a torch.library operator in the export
+    for name in ("bloom", "mixtral"):
+        model, batch = zoo.FAMILIES[name].build()
+        assert type(model).__module__.startswith(f"transformers.models.{name}."), type(model)
+        assert not model.training and set(batch) == {"input_ids", "attention_mask", "labels"}
+    import torch
+    from transformers.models.bloom import modeling_bloom
+
+    assert "BloomGelu" in {type(m).__name__ for m in zoo.FAMILIES["bloom"].build()[0].modules()}
+    assert issubclass(modeling_bloom.GeLUFunction, torch.autograd.Function)  # what BloomGelu applies
+    mixtral, batch = zoo.FAMILIES["mixtral"].build()
+    exported = torch.export.export(mixtral, (), batch)
+    assert any(getattr(n.target, "namespace", None) == "transformers" for n in exported.graph.nodes)

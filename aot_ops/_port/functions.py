@@ -12,11 +12,12 @@ that application with torch.library (namespace `aot_ops_fn`), whose
 
 From then on the application is an operator like any other: bridged one aot call per node through torch's
 dispatcher (its gradient through torch's autograd, which calls the formula above), and traced by AOTAutograd for
-fuse=True, whose backward graph then holds the ATen operators of the user's backward. Non-tensor arguments
-(a scale, a dim) are fixed per application, as torch.export fixes them; the operator takes the tensors.
+fuse=True, whose backward graph then holds the ATen operators of the user's backward (the forward it needs is
+replayed by a twin operator, `<name>_replay`). Non-tensor arguments (a scale, a dim) are fixed per application,
+as torch.export fixes them; the operator takes the tensors.
 
-Operators live as long as the process (torch.library cannot remove one): one per application site and set of
-fixed arguments, reused when the same application is exported again.
+Operators live as long as the process (torch.library cannot remove one): one per Function and set of fixed
+arguments, reused when the same application is exported again.
 """
 from __future__ import annotations
 
@@ -46,7 +47,6 @@ class Application:
 
     function: type
     template: tuple           # the positional arguments, a tensor's place holding _TENSOR
-    num_tensors: int
 
     @property
     def label(self) -> str:
@@ -250,7 +250,7 @@ def operator_for(function: type, args: tuple) -> tuple[Callable, list[torch.Tens
             name = f"{re.sub(r'[^A-Za-z0-9_]', '_', function.__qualname__)}_{next(_counter)}"
             _register(name, len(tensors))
             _by_key[key] = name
-        _applications[name] = Application(function, template, len(tensors))
+        _applications[name] = Application(function, template)
     return getattr(getattr(torch.ops, NAMESPACE), name).default, tensors
 
 
@@ -264,13 +264,6 @@ def _register(name: str, num_tensors: int) -> None:
     _library.impl(f"{name}_replay", _replay_kernel(name), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{qualified}_replay", _replay_kernel(name), lib=_library)
     torch.library.register_autograd(qualified, _backward(name), setup_context=_setup_context, lib=_library)
-
-
-def application(overload) -> Application | None:
-    """The Function application an operator stands for, or None for any other operator."""
-    if getattr(overload, "namespace", None) != NAMESPACE:
-        return None
-    return _applications.get(overload._schema.name.split("::", 1)[1])
 
 
 @contextlib.contextmanager

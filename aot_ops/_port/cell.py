@@ -205,6 +205,12 @@ class PortedCell(nn.Cell):
         return tree_unflatten(_leaves(result, spec), spec) if _has_custom_containers(spec) else result
 
     @property
+    def input_names(self) -> tuple[str, ...]:
+        """The cell's inputs in call order, named as the torch module's forward names them (tensors given
+        positionally, then the tensor keyword arguments of the port)."""
+        return tuple(spec.name for spec in self._spec.inputs)
+
+    @property
     def jit(self) -> bool:
         """Whether a call in PyNative mode runs the cell as one compiled MindSpore graph (the default; set by
         from_torch(jit=...)). False runs it operator by operator through PyNative, as MindSpore runs a Cell."""

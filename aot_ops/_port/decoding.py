@@ -150,7 +150,7 @@ class _WholeSequenceSteps:
     """Decoding with a cell that has no cache: every step runs the whole sequence so far."""
 
     def __init__(self, cell, ids: np.ndarray, mask: np.ndarray):
-        names = [spec.name for spec in cell._spec.inputs]
+        names = list(cell.input_names)
         unknown = [n for n in names if n not in ("input_ids", "attention_mask", "position_ids")]
         if "input_ids" not in names or unknown:
             raise PortError(f"aot_ops.generate: the cell takes {', '.join(names)}; a causal LM ported with input_ids "

@@ -28,6 +28,11 @@ from typing import Any, Callable
 
 import torch
 
+from .._core.lazy import lazy_names
+
+# LossOf (a MindSpore Cell) loads MindSpore: it comes from its own module on first use.
+__getattr__, __dir__ = lazy_names(__package__, {"LossOf": (".zoo_loss", "LossOf")}, globals())
+
 SEQ = 10        # tokens per text example
 BATCH = 2
 LR = 0.05
@@ -343,12 +348,14 @@ def _eval_stage(report: Report, cell, ms_batch: dict, reference: TorchReference,
 def _train_stage(cell, ms_batch: dict, reference: TorchReference, initial: dict, chaotic: bool, steps: int) -> None:
     import mindspore as ms
 
+    from .zoo_loss import LossOf
+
     cell.load_torch_state_dict(initial)
     cell.set_train(True)
     loss_cell = LossOf(cell)
     optimizer = ms.nn.SGD(cell.trainable_params(), learning_rate=LR)
     grad_fn = ms.value_and_grad(loss_cell, None, optimizer.parameters)
-    inputs = [ms_batch[spec.name] for spec in cell._spec.inputs]
+    inputs = [ms_batch[name] for name in cell.input_names]
     losses = []
     for step in range(1 if chaotic else steps):
         loss, grads = grad_fn(*inputs)
@@ -374,35 +381,6 @@ def _train_stage(cell, ms_batch: dict, reference: TorchReference, initial: dict,
             torch.testing.assert_close(state[key], expected, **STATE_TOLERANCE, msg=lambda m, k=key: f"{k}: {m}")
         elif not torch.equal(state[key], expected):
             raise AssertionError(f"{key}: {state[key]} against torch's {expected}")
-
-
-def _loss_of_class():
-    import mindspore as ms
-
-    class LossOf(ms.nn.Cell):
-        """The `loss` output of a ported Hugging Face model (which computes it from `labels`)."""
-
-        def __init__(self, cell):
-            super().__init__(auto_prefix=False)  # the parameters keep the ported cell's names
-            self.cell = cell
-
-        def construct(self, *inputs):
-            return self.cell(*inputs)["loss"]
-
-    return LossOf
-
-
-class _Lazy:
-    def __init__(self, make):
-        self._make, self._value = make, None
-
-    def __call__(self, *args, **kwargs):
-        if self._value is None:
-            self._value = self._make()
-        return self._value(*args, **kwargs)
-
-
-LossOf = _Lazy(_loss_of_class)
 
 
 class _stage:

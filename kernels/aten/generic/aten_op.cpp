@@ -260,15 +260,7 @@ extern "C" MS_EXT_EXPORT const char *aot_ops_aten_call_refusal(const char *packe
     const AtenPlan plan(attrs, allow_factories != 0);
     for (const Arg &arg : plan.args) *checks_dtypes = *checks_dtypes || arg.integer_only;
     if (input_dtypes != nullptr && *checks_dtypes) {
-      std::vector<std::optional<at::ScalarType>> dtypes;
-      std::string text = input_dtypes;
-      for (size_t start = 0; start <= text.size();) {
-        const size_t end = std::min(text.find(',', start), text.size());
-        const std::string name = text.substr(start, end - start);
-        dtypes.push_back(name.empty() ? std::nullopt
-                                      : std::optional<at::ScalarType>(ms_ext::scalar_type_from_ms(name.c_str())));
-        start = end + 1;
-      }
+      const std::vector<std::optional<at::ScalarType>> dtypes = parse_dtype_list(input_dtypes);
       const CallLayout layout = plan.layout(static_cast<int>(dtypes.size()));
       answer = plan.value_refusal(layout, [&](int64_t i) {
         return i < static_cast<int64_t>(dtypes.size()) ? dtypes[i] : std::nullopt;

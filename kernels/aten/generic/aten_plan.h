@@ -8,6 +8,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -68,6 +69,21 @@ struct Arg {
   bool integer_only = false;       // its tensors must have integer dtypes (CallRule's IntegerTensors, checked
                                    // when the stack is built: the dtypes are known at launch only)
 };
+
+// A comma-separated list of MindSpore dtype names ("float32,,int64"), an empty name standing for a None input:
+// how aot_ops passes input dtypes to the refusal check and a compiled program's input dtypes.
+inline std::vector<std::optional<at::ScalarType>> parse_dtype_list(const std::string &text) {
+  std::vector<std::optional<at::ScalarType>> dtypes;
+  if (text.empty()) return dtypes;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, end - start);
+    dtypes.push_back(name.empty() ? std::nullopt
+                                  : std::optional<at::ScalarType>(ms_ext::scalar_type_from_ms(name.c_str())));
+    start = end + 1;
+  }
+  return dtypes;
+}
 
 inline c10::OperatorHandle find_operator(const std::string &qualified) {
   const size_t dot = qualified.find('.', qualified.find("::"));

@@ -88,12 +88,9 @@ struct CompiledBody {
       shapes.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(k), flat.begin() + static_cast<std::ptrdiff_t>(k + rank));
       k += static_cast<size_t>(rank);
     }
-    const std::string names = attrs.get<std::string>("program_input_dtypes");
-    for (size_t start = 0; start <= names.size();) {
-      size_t end = names.find(',', start);
-      if (end == std::string::npos) end = names.size();
-      if (end > start) dtypes.push_back(ms_ext::scalar_type_from_ms(names.substr(start, end - start).c_str()));
-      start = end + 1;
+    for (const std::optional<at::ScalarType> &dtype : parse_dtype_list(attrs.get<std::string>("program_input_dtypes"))) {
+      if (!dtype) throw std::invalid_argument("program_input_dtypes names no dtype for an input");
+      dtypes.push_back(*dtype);
     }
     if (dtypes.size() != shapes.size())
       throw std::invalid_argument(std::to_string(shapes.size()) + " input shapes for " + std::to_string(dtypes.size()) +

@@ -78,27 +78,19 @@ std::vector<ms_ext::Shape> infer_shapes(const char *entry, void *extra, bool sev
   return out;
 }
 
-// The input shapes MindSpore passes to a C++ shape inference (unknown dimensions as -1, a None input as 0-dim).
-std::vector<ms_ext::Shape> inferred_input_shapes(int num_inputs, const int *ndims, int64_t *const *shapes) {
-  std::vector<ms_ext::Shape> out;
-  for (int i = 0; i < num_inputs; ++i)
-    out.emplace_back(ndims[i] > 0 ? shapes[i] : nullptr, ndims[i] > 0 ? shapes[i] + ndims[i] : nullptr);
-  return out;
-}
-
 // Forward: the output shapes aot_ops sent as size expressions (aten_out_shapes).
 std::vector<ms_ext::Shape> forward_shapes(const char *entry, int *ndims, int64_t **shapes, void *extra, bool several) {
   return infer_shapes(entry, extra, several, [&](const AtenPlan &plan) {
     if (!plan.out_shapes)
       throw std::logic_error("no output shape expressions (aten_out_shapes): its outputs are inferred in Python");
-    return plan.out_shapes->evaluate(inferred_input_shapes(plan.num_inputs, ndims, shapes));
+    return plan.out_shapes->evaluate(ms_ext::detail::read_input_shapes(plan.num_inputs, ndims, shapes));
   });
 }
 
 // Backward: one gradient per forward input, shaped like it.
 std::vector<ms_ext::Shape> backward_shapes(const char *entry, int *ndims, int64_t **shapes, void *extra, bool several) {
   return infer_shapes(entry, extra, several, [&](const AtenPlan &plan) {
-    return inferred_input_shapes(plan.num_inputs, ndims, shapes);
+    return ms_ext::detail::read_input_shapes(plan.num_inputs, ndims, shapes);  // checked: a C caller may pass junk
   });
 }
 

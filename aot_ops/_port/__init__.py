@@ -27,6 +27,7 @@ from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export
 from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
+from .modes import Mode
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 
@@ -131,46 +132,46 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    programs = {"eval": export(model, inputs, dynamic_shapes, training=False,
+    programs = {Mode.EVAL: export(model, inputs, dynamic_shapes, training=False,
                                inference_only=evaluation_only is not None)}
-    graphs: dict[str, Graph] = {"eval": read(programs["eval"], graph_shapes=fuse)}
+    graphs: dict[Mode, Graph] = {Mode.EVAL: read(programs[Mode.EVAL], graph_shapes=fuse)}
     refused_training = evaluation_only
     try:
         if evaluation_only is None:
-            programs["train"] = export(model, inputs, dynamic_shapes, training=True)
-            if not fuse and fan_out_half_gradients(programs["train"], trainable, input_grads):
+            programs[Mode.TRAIN] = export(model, inputs, dynamic_shapes, training=True)
+            if not fuse and fan_out_half_gradients(programs[Mode.TRAIN], trainable, input_grads):
                 # Per node, MindSpore's autodiff would sum bfloat16 gradients itself (fan_out.py). Its backward of
                 # a PyNative ms.jit call still does (AddN, no bfloat16 CPU kernel): such a cell runs operator by
                 # operator in PyNative.
                 jit = False
-            graphs["train"] = read(programs["train"], graph_shapes=fuse)
+            graphs[Mode.TRAIN] = read(programs[Mode.TRAIN], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
             raise
         refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
-    if "train" in graphs and _same(graphs["train"], graphs["eval"]):
-        graphs = {"both": graphs["eval"]}
-        programs = {"both": programs["eval"]}
+    if Mode.TRAIN in graphs and _same(graphs[Mode.TRAIN], graphs[Mode.EVAL]):
+        graphs = {Mode.BOTH: graphs[Mode.EVAL]}
+        programs = {Mode.BOTH: programs[Mode.EVAL]}
     fused = {}
     if fuse:
         from .fused import fuse as fuse_graph
 
         for mode in list(graphs):
-            label = f"{name} ({_MODE_LABELS[mode]})"
+            label = f"{name} ({mode.label})"
             try:
                 fused[mode] = fuse_graph(programs[mode], graphs[mode], trainable, label, input_grads,
                                          inference_only=evaluation_only is not None)
             except PortError as exc:
                 # The training graph's backward cannot be traced (a Function's backward deciding on tensor
                 # values): a module in evaluation mode still ports, refusing training when it is asked for.
-                if model.training or mode == "eval" or refused_training is not None:
+                if model.training or mode is Mode.EVAL or refused_training is not None:
                     raise
                 refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
-                if mode == "both":
-                    graphs = {"eval": graphs["both"]}
-                    programs = {"eval": programs["both"]}
-                    fused = {"eval": fuse_graph(programs["eval"], graphs["eval"], trainable,
-                                                f"{name} ({_MODE_LABELS['eval']})", input_grads, inference_only=True)}
+                if mode is Mode.BOTH:
+                    graphs = {Mode.EVAL: graphs[Mode.BOTH]}
+                    programs = {Mode.EVAL: programs[Mode.BOTH]}
+                    fused = {Mode.EVAL: fuse_graph(programs[Mode.EVAL], graphs[Mode.EVAL], trainable,
+                                                   f"{name} ({Mode.EVAL.label})", input_grads, inference_only=True)}
                 else:
                     del graphs[mode], programs[mode]
         if compile_inputs is not None:
@@ -196,9 +197,6 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
-
-
-_MODE_LABELS = {"train": "training", "eval": "evaluation", "both": "training and evaluation"}
 
 
 _FIXED_TYPES = (bool, int, float, str, type(None))

@@ -32,6 +32,7 @@ from ..errors import named_kernel_failure
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError
 from .graph_entry import PyNativeGraph, sync_phase
+from .modes import Mode
 
 
 @dataclass
@@ -351,8 +352,7 @@ class PortedCell(nn.Cell):
         programs, or evaluation's inference program. Each graph is compiled when first needed, as compiling takes
         seconds. True if a program changed (the operators must then be rebuilt)."""
         fused = self._spec.fused
-        mode = "train" if training else "eval"
-        mode = mode if mode in fused else "both"
+        mode = Mode.running(training, fused)
         if mode not in fused:
             return False
         return fused[mode].compile(("forward", "backward") if training else ("inference",))
@@ -488,7 +488,4 @@ def _describe_counts(counts: dict[str, dict[str, int]], path: str) -> str:
     if len(values) == 1:
         n = values.pop()
         return f", {n} bridged operator{'s' if n != 1 else ''}"
-    return ", bridged operators: " + ", ".join(f"{n} in {_MODES[m]}" for m, n in per_mode.items())
-
-
-_MODES = {"train": "training", "eval": "evaluation", "both": "both modes"}
+    return ", bridged operators: " + ", ".join(f"{n} in {Mode(m).label}" for m, n in per_mode.items())

@@ -20,6 +20,7 @@ from .._aten.sizes import SizeExpr
 from .._core.dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
+from .modes import Mode
 
 _LINE = 118
 
@@ -33,8 +34,11 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
     each forward method is then one program call, and a bprop per mode calls the backward program.
     `input_grads=False`: construct passes the floating inputs through ops.stop_gradient. `differentiable=False`
     (an inference-only port): the updated buffers are not copied for a backward that never runs."""
+    # The source names modes by their values ("forward_train", "'eval'"): plain strings from here on.
+    graphs = {Mode(m).value: g for m, g in graphs.items()}
+    fused = None if fused is None else {Mode(m).value: f for m, f in fused.items()}
     first = next(iter(graphs.values()))
-    counts = ", ".join(f"{len(g.operators)} in {_MODE_WORDS[m]}" for m, g in graphs.items())
+    counts = ", ".join(f"{len(g.operators)} in {Mode(m).label}" for m, g in graphs.items())
     out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
            "",
            "Each line of a forward method is one node of the module's torch.export graph, run as a MindSpore operator",
@@ -59,22 +63,22 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
             "",
             "    def make_operators(self):"]
     for mode, graph in graphs.items():
-        out.append(f"        {_OPS[mode]} = OperatorSet({_MODE_WORDS[mode]!r})")
+        out.append(f"        {Mode(mode).attribute} = OperatorSet({Mode(mode).label!r})")
         if fused:
             has_backward = fused[mode].backward is not None
             if mode != "eval":
-                out.append(f"        {_OPS[mode]}.program = self.make_program({mode!r}, "
+                out.append(f"        {Mode(mode).attribute}.program = self.make_program({mode!r}, "
                            f"{'_bprop_' + mode if has_backward else 'None'})")
             if mode != "train":
-                out.append(f"        {_OPS[mode]}.inference = self.make_inference({mode!r}, "
+                out.append(f"        {Mode(mode).attribute}.inference = self.make_inference({mode!r}, "
                            f"{'_inference_bprop_' + mode if has_backward else 'None'})")
             continue
         for op in graph.operators:
             where = f"{op.module} ({op.module_kind})" if op.module else "(root)"
             comment = f"# {where}: {op.source}" if op.source else f"# {where}"
             out.append(_clip("        " + comment))
-            out.extend(_wrap(f"        {_OPS[mode]}.{op.name} = {_aten_op(op)}", "            "))
-    out.append("        return {" + ", ".join(f"{m!r}: {_OPS[m]}" for m in graphs) + "}")
+            out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_aten_op(op)}", "            "))
+    out.append("        return {" + ", ".join(f"{m!r}: {Mode(m).attribute}" for m in graphs) + "}")
     out.append("")
 
     params = ", ".join(i.name for i in first.inputs)
@@ -137,8 +141,6 @@ def _leaf_paths(spec, prefix: str = "") -> list[str]:
     return [p for key, child in zip(keys, spec.children()) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
 
 
-_OPS = {"train": "train", "eval": "eval_", "both": "both"}
-_MODE_WORDS = {"train": "training", "eval": "evaluation", "both": "both modes"}
 
 
 def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str],

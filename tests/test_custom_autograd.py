@@ -421,3 +421,25 @@ def test_a_library_operator_without_a_fake_implementation_is_refused_with_what_t
         aten.op("aot_ops_tests::without_fake")(to_ms(x))
     torch.testing.assert_close(to_torch(aten.op("aot_ops_tests::scaled_softplus", beta=1.0)(to_ms(x))),
                                scaled_softplus(x, 1.0))  # the next call works
+
+
+class DoubleInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class _InPlaceFunction(nn.Module):
+    def forward(self, x):
+        return DoubleInPlace.apply(x.clone())
+
+
+def test_a_function_that_writes_its_input_in_place_is_refused_naming_it():
+    with pytest.raises(aot_ops.PortError, match=r"DoubleInPlace \(.*test_custom_autograd.py:\d+\) modifies its "
+                                                r"input in place \(ctx.mark_dirty\)"):
+        aot_ops.from_torch(_InPlaceFunction(), (torch.ones(3),))

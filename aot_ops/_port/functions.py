@@ -84,8 +84,9 @@ class _Context:
     needs_input_grad, mark_non_differentiable, set_materialize_grads (mark_dirty is refused: an in-place forward
     cannot be an operator of a functional graph)."""
 
-    def __init__(self, needs_input_grad: tuple[bool, ...]):
+    def __init__(self, needs_input_grad: tuple[bool, ...], label: str = "the Function"):
         self.needs_input_grad = needs_input_grad
+        self._label = label
         self.saved_tensors: tuple = ()
         self.materialize_grads = True
         self.non_differentiable: list = []
@@ -103,8 +104,8 @@ class _Context:
         self.materialize_grads = value
 
     def mark_dirty(self, *tensors):
-        raise RuntimeError("the Function modifies its input in place (ctx.mark_dirty): it cannot be ported; return "
-                           "a new tensor instead")
+        raise RuntimeError(f"{self._label} modifies its input in place (ctx.mark_dirty): it cannot be ported; "
+                           "return a new tensor instead")
 
     @property
     def saved_variables(self):
@@ -116,7 +117,7 @@ def _uses_setup_context(function: type) -> bool:
 
 
 def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any]:
-    ctx = _Context(needs_input_grad)
+    ctx = _Context(needs_input_grad, app.label)
     args = app.arguments(tensors)
     with torch.no_grad():
         if _uses_setup_context(app.function):

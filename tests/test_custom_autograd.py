@@ -16,7 +16,7 @@ from torch.autograd.function import once_differentiable
 import aot_ops
 from aot_ops import aten
 from port_support import assert_state_close, train_mindspore, train_torch
-from support import MODE_IDS, MODES, to_ms, to_torch
+from support import to_ms, to_torch
 
 
 # --- the Functions: one of each kind real models use ----------------------------------------------------------
@@ -142,30 +142,30 @@ def _grads_of(model, x):
 WAYS = [False, True]
 
 
+def _ported(make, rows: int, seed: int, fuse: bool):
+    """(module, example input, its port): a network built from `seed` with an input of `rows` x 8."""
+    torch.manual_seed(seed)
+    model = make()
+    x = torch.randn(rows, 8)
+    return model, x, aot_ops.from_torch(model, (x,), fuse=fuse)
+
+
 @pytest.fixture(scope="module", params=WAYS, ids=["per_node", "fused"])
 def function_port(request):
-    torch.manual_seed(3)
-    model = FunctionNet()
-    x = torch.randn(5, 8)
-    return model, x, aot_ops.from_torch(model, (x,), fuse=request.param)
+    return _ported(FunctionNet, 5, 3, request.param)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_functions_forward_and_gradients_equal_torchs_own_backward(function_port, mode):
-    ms.set_context(mode=mode)
-    try:
-        model, x, cell = function_port
-        expected, expected_grads = _grads_of(model, x)
-        torch.testing.assert_close(to_torch(cell(to_ms(x))), expected)
-        grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
-        names = [p.name for p in cell.trainable_params()]
-        assert names == [n for n, _ in model.named_parameters()]
-        for name, ours, theirs in zip(names, grads, expected_grads):
-            torch.testing.assert_close(to_torch(ours), theirs, rtol=1e-5, atol=1e-6, msg=name)
-        # the custom backward is what ran: differentiating the forward's operators would give zero through round
-        assert to_torch(grads[0]).abs().sum() > 0
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    model, x, cell = function_port
+    expected, expected_grads = _grads_of(model, x)
+    torch.testing.assert_close(to_torch(cell(to_ms(x))), expected)
+    grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
+    names = [p.name for p in cell.trainable_params()]
+    assert names == [n for n, _ in model.named_parameters()]
+    for name, ours, theirs in zip(names, grads, expected_grads):
+        torch.testing.assert_close(to_torch(ours), theirs, rtol=1e-5, atol=1e-6, msg=name)
+    # the custom backward is what ran: differentiating the forward's operators would give zero through round
+    assert to_torch(grads[0]).abs().sum() > 0
 
 
 class _Classifier(nn.Module):
@@ -353,48 +353,35 @@ class ExpertNet(nn.Module):
 
 @pytest.fixture(scope="module", params=WAYS, ids=["per_node", "fused"])
 def expert_port(request):
-    torch.manual_seed(7)
-    model = ExpertNet()
-    x = torch.randn(10, 8)
-    return model, x, aot_ops.from_torch(model, (x,), fuse=request.param)
+    return _ported(ExpertNet, 10, 7, request.param)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_library_operators_run_with_their_registered_autograd(expert_port, mode):
-    ms.set_context(mode=mode)
-    try:
-        model, _, cell = expert_port
-        for seed in (1, 2):  # other inputs route other token counts to each expert: the loop follows them
-            x = torch.randn(10, 8, generator=torch.Generator().manual_seed(seed))
-            expected, expected_grads = _grads_of(model, x)
-            torch.testing.assert_close(to_torch(cell(to_ms(x))), expected, rtol=1e-5, atol=1e-6)
-            grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
-            for (name, _), ours, theirs in zip(model.named_parameters(), grads, expected_grads):
-                torch.testing.assert_close(to_torch(ours), theirs, rtol=1e-5, atol=1e-6, msg=name)
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    model, _, cell = expert_port
+    for seed in (1, 2):  # other inputs route other token counts to each expert: the loop follows them
+        x = torch.randn(10, 8, generator=torch.Generator().manual_seed(seed))
+        expected, expected_grads = _grads_of(model, x)
+        torch.testing.assert_close(to_torch(cell(to_ms(x))), expected, rtol=1e-5, atol=1e-6)
+        grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
+        for (name, _), ours, theirs in zip(model.named_parameters(), grads, expected_grads):
+            torch.testing.assert_close(to_torch(ours), theirs, rtol=1e-5, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_a_library_operator_is_reachable_as_an_aot_op(mode):
-    ms.set_context(mode=mode)
-    try:
-        op = aten.op("aot_ops_tests::scaled_softplus", beta=3.0)
-        x = torch.randn(4, 5)
+    op = aten.op("aot_ops_tests::scaled_softplus", beta=3.0)
+    x = torch.randn(4, 5)
 
-        class Net(ms.nn.Cell):
-            def __init__(self):
-                super().__init__()
-                self.op = op
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = op
 
-            def construct(self, v):
-                return self.op(v)
+        def construct(self, v):
+            return self.op(v)
 
-        torch.testing.assert_close(to_torch(Net()(to_ms(x))), scaled_softplus(x, 3.0))
-        grad = ms.grad(Net(), 0)(to_ms(x))
-        torch.testing.assert_close(to_torch(grad), torch.sigmoid(3.0 * x))
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    torch.testing.assert_close(to_torch(Net()(to_ms(x))), scaled_softplus(x, 3.0))
+    grad = ms.grad(Net(), 0)(to_ms(x))
+    torch.testing.assert_close(to_torch(grad), torch.sigmoid(3.0 * x))
 
 
 def test_an_unknown_library_operator_is_named():

@@ -8,10 +8,10 @@ import time
 from mindspore.graph.api import _pynative_executor
 
 
-def recording_gradients() -> bool:
-    """Whether PyNative is recording operators for a gradient (inside ms.grad's forward). Without it the PyNative
-    front would run inside a gradient, which MindSpore's autodiff would not see (tests/test_front.py)."""
-    return _pynative_executor.requires_grad()
+# recording_gradients() -> bool: whether PyNative is recording operators for a gradient (inside ms.grad's
+# forward). Without it the PyNative front would run inside a gradient, which MindSpore's autodiff would not see
+# (tests/test_front.py). The executor's own method, not a wrapper: every eager AotOp call asks it.
+recording_gradients = _pynative_executor.requires_grad
 
 
 def end_aborted_gradient() -> None:

@@ -15,10 +15,10 @@ import torch
 from .._core.bprops import inputs_then_cotangent, inputs_then_cotangents
 from .._core.arity import Arity
 from .._core.cells import OptionalInputs
-from .._core.inference import MetaInference
 from .._core.opdef import Backward, OpDef
 from .._build.bundled import library_path
-from .._core.primitive import AotOp, CppInference
+from .._core.inference import CppInference, MetaInference
+from .._core.primitive import AotOp
 from .argtypes import CALL_TIME_LIST, arg_type
 from .encode import encode
 from .schema import BoundCall, check_in_scope, out_variant

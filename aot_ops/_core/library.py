@@ -70,7 +70,7 @@ class Library:
             raise TypeError(f"{symbol}: give both out_shape and out_dtype, or neither (for a kernel with ms_ext "
                             "shape and dtype rules)")
         from .opdef import FRESH, OpDef
-        from .primitive import MindSporeRules
+        from .inference import MindSporeRules
 
         # A fresh identity unless the caller gives one: two operators of one symbol may differ in their bprop (or
         # in their out_shape/out_dtype rules).

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from .arity import Arity
 from .identity import FRESH, STABLE, backward_identity, identity_of
+from .inference import Inference
 from .primitive import AotOp
 
 __all__ = ["Backward", "OpDef", "FRESH", "STABLE"]
@@ -36,7 +37,7 @@ class Backward:
     num_grad_inputs: int = 1
     attrs: Mapping[str, Any] | None = None
     library: str | Path | None = None
-    infer: Any = None                 # as AotOp's `infer`; None: the kernel's own C++ rules
+    infer: Inference | Callable | None = None  # as AotOp's `infer`; None: the kernel's own C++ rules
     arity: Arity | None = None        # for a kernel without an exported signature
 
 
@@ -55,7 +56,7 @@ class OpDef:
     attrs: Mapping[str, Any] | None = None
     backward: Backward | None = None
     bprop: Callable | None = None
-    infer: Any = None
+    infer: Inference | Callable | None = None
     identity: Any = STABLE
     arity: Arity | None = None
     eager_front: bool = True

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -19,7 +18,7 @@ from . import dtypes as _dtypes
 from . import front as _front
 from .arity import Arity
 from .identity import FRESH, identity_of
-from .inference import MetaInference, OutputCache
+from .inference import CppInference, Inference, OutputCache, as_inference
 from .mindspore_private import recording_gradients
 from .signature import read_signature
 
@@ -61,34 +60,6 @@ def set_attributes(prim: ops.Primitive, attrs: Mapping[str, object] | None) -> N
         prim.add_prim_attr(key, attribute_value(value))
 
 
-@dataclass(frozen=True)
-class CppInference:
-    """Output shapes from the kernel's C++ InferShape (MindSpore calls it, also with dynamic shapes in GRAPH_MODE),
-    dtypes from `dtypes(input torch dtypes) -> output torch dtypes` in Python (a dtype inferred in C++ would make
-    GRAPH_MODE return 0-dim outputs as Python scalars). The operator's Arity must give both counts."""
-
-    dtypes: Callable[[Sequence[torch.dtype]], Sequence[torch.dtype]]
-
-
-@dataclass(frozen=True)
-class MindSporeRules:
-    """Output shapes and dtypes from callables over MindSpore shapes and dtypes, exactly as `ops.Custom` takes them
-    (`out_shape=lambda x: x, out_dtype=lambda x: x`): MindSpore calls them itself, dynamic shapes included, and the
-    PyNative front calls them once per input signature. For kernels without ms_ext shape/dtype rules."""
-
-    out_shape: Callable
-    out_dtype: Callable
-
-    def __call__(self, shapes, dtypes):
-        ms_dtypes = [None if d is None else _dtypes.to_ms(d) for d in dtypes]
-        # Lists, as MindSpore passes them (a rule may append to one).
-        ms_shapes = [None if s is None else list(s) for s in shapes]
-        out_shapes, out_dtypes = self.out_shape(*ms_shapes), self.out_dtype(*ms_dtypes)
-        if not isinstance(out_dtypes, (tuple, list)):  # one output: a shape and a dtype
-            out_shapes, out_dtypes = [out_shapes], [out_dtypes]
-        return [tuple(s) for s in out_shapes], [_dtypes.to_torch(d) for d in out_dtypes]
-
-
 def _device_target() -> str:
     """The backend the operator will run on (MindSpore's device target when the primitive is made): a CUDA kernel's
     reg_info must say GPU."""
@@ -113,16 +84,14 @@ def _reg_info(symbol: str, arity: Arity):
 class AotOp(ops.Custom):
     """`ops.Custom(f"{library}:{symbol}", func_type="aot")` with its outputs inferred for MindSpore.
 
-    `infer` chooses how:
+    `infer`, an Inference (inference.py), chooses how:
     - MindSporeRules(out_shape, out_dtype): ops.Custom's own callables over MindSpore shapes and dtypes, for any
       entry point (dynamic shapes included: MindSpore calls them).
-    - None: the kernel's own rules (MS_EXT_KERNEL with Signature::shapes/types): MindSpore calls the C++
-      <symbol>InferShape, which also handles dynamic shapes in GRAPH_MODE, and the dtype comes from the kernel's
-      dtype rule, called here.
+    - None: the kernel's own rules (MS_EXT_KERNEL with Signature::shapes/types): a CppInference with the kernel's
+      dtype rule; MindSpore calls the C++ <symbol>InferShape, which also handles dynamic shapes in GRAPH_MODE.
     - a CppInference: the C++ <symbol>InferShape too, with dtypes given in Python (the generic ATen entry).
-    - a MetaInference (or any `fn(input shapes, input torch dtypes) -> (output shapes, output torch dtypes)`): in
-      Python. MindSpore asks Custom for the shape and the dtype through separate callbacks, but torch needs both
-      to run an operator, so AotOp answers MindSpore's joint `__infer__` instead. Static shapes only.
+    - a MetaInference, or any `fn(input shapes, input torch dtypes) -> (output shapes, output torch dtypes)` (a
+      PythonInference): in Python, answered through AotOp's `__infer__`. Static shapes only.
     Calls are checked in Python against the operator's Arity (arity.py: the kernel's exported signature when it
     has one, else `arity`) and the signature's dtypes. A PyNative call with fewer inputs than the Arity's passes
     None for the optional ones it leaves out. Output shapes and dtypes are inferred once per input signature and
@@ -131,7 +100,7 @@ class AotOp(ops.Custom):
     """
 
     def __init__(self, library: str | Path, symbol: str, *,
-                 infer: MetaInference | CppInference | Callable | None = None, bprop: Callable | None = None,
+                 infer: Inference | Callable | None = None, bprop: Callable | None = None,
                  attrs: Mapping[str, object] | None = None, identity: str | None = None, arity: Arity | None = None,
                  eager_front: bool = True):
         library = str(library)
@@ -145,19 +114,14 @@ class AotOp(ops.Custom):
                 raise ValueError(f"{symbol}: the kernel in {library} has no C++ shape/dtype rules; give out_shape "
                                  "and out_dtype (Library.op) or an inference")
             infer = CppInference(signature.output_dtypes)
-        in_cpp = isinstance(infer, CppInference)
-        if in_cpp and (arity.inputs is None or arity.outputs is None):
+        infer = as_inference(infer)
+        if infer.shapes_in_cpp and (arity.inputs is None or arity.outputs is None):
             raise ValueError(f"{symbol}: an operator inferred in C++ needs both counts in its Arity, got {arity}")
-        if isinstance(infer, MindSporeRules):
-            out_shape, out_dtype = infer.out_shape, infer.out_dtype
-        elif in_cpp:
-            out_shape, out_dtype = None, self._cpp_dtypes  # None: MindSpore calls <symbol>InferShape
-        else:
-            out_shape = out_dtype = _answered_by_infer
+        out_shape, out_dtype = infer.custom_callbacks(self._cpp_dtypes)
         super().__init__(
             f"{library}:{symbol}", out_shape=out_shape, out_dtype=out_dtype,
             func_type="aot", bprop=bprop,
-            reg_info=_reg_info(symbol, arity) if in_cpp else None)
+            reg_info=_reg_info(symbol, arity) if infer.shapes_in_cpp else None)
         self.library = library
         self.symbol = symbol
         self.infer = infer
@@ -193,7 +157,7 @@ class AotOp(ops.Custom):
         """The call through the PyNative fast front (aot_ops/_front), or NotImplemented where it cannot run it."""
         front = self.__dict__.get("_front", _NOT_MADE)
         if front is _NOT_MADE:
-            cpp = isinstance(self.infer, CppInference)
+            cpp = self.infer.shapes_in_cpp
             front = self._front = _front.front_for(self.library, self.symbol, self.name_for_errors(),
                                                    self._kernel_attrs, self.arity.outputs if cpp else None, cpp,
                                                    self.outputs)
@@ -232,7 +196,7 @@ class AotOp(ops.Custom):
         return super().__repr__()
 
     def name_for_errors(self) -> str:
-        return getattr(self.infer, "name", None) or self.symbol
+        return self.infer.name or self.symbol
 
     def _cpp_dtypes(self, *ms_dtypes):
         """out_dtype for kernels inferred in C++ (MindSpore asks on every PyNative call): the dtype rule, as
@@ -248,12 +212,10 @@ class AotOp(ops.Custom):
         dtypes; the shapes are None for a kernel whose C++ InferShape decides them. Raises the operator's errors, named. Called through the one
         cache (`self.outputs`) by MindSpore's inference callbacks and by the PyNative front alike."""
         try:
-            if isinstance(self.infer, CppInference):
-                out_shapes, out_dtypes = None, self.infer.dtypes(dtypes)
-            else:
-                if self.signature is not None:
-                    self.signature.check(dtypes)
-                out_shapes, out_dtypes = self.infer(shapes, dtypes)
+            # A C++-inferred kernel's dtype rule checks the dtypes itself (the signature's, or the caller's rule)
+            if self.signature is not None and not self.infer.shapes_in_cpp:
+                self.signature.check(dtypes)
+            out_shapes, out_dtypes = self.infer.outputs(shapes, dtypes)
             tensor_types = _dtypes.tensor_types(out_dtypes)  # e.g. a complex32 result has no MindSpore dtype
         except TypeError as exc:
             name = self.name_for_errors()
@@ -265,7 +227,7 @@ class AotOp(ops.Custom):
         if self.arity.inputs is not None:
             count = len(_flatten_tuple_arguments(args)[0])  # a tuple of tensors reaches the kernel expanded
             self.arity.check_call(self.name_for_errors(), count, may_omit_optional=False)
-        if isinstance(self.infer, (CppInference, MindSporeRules)):
+        if self.infer.answered_by_custom:
             # CppInference: a shape placeholder (MindSpore runs the C++ InferShape) and _cpp_dtypes;
             # MindSporeRules: the user's out_shape/out_dtype, called by Custom itself.
             return super().__infer__(*args)
@@ -300,6 +262,3 @@ def _flatten_dtypes(ms_dtypes) -> list:
         out.extend(d if isinstance(d, (tuple, list)) else [d])
     return out
 
-
-def _answered_by_infer(*_args):
-    raise AssertionError("AotOp infers shape and dtype together in __infer__")

@@ -27,7 +27,8 @@ from .._core.convert import ms_view, to_ms, to_torch, torch_view
 from .._core.mindspore_private import has_hooks, recompile_on_next_call
 from .._build.bundled import library_path
 from .._core.opdef import FRESH, OpDef
-from .._core.primitive import CALL_LOCK, AotOp, CppInference
+from .._core.inference import CppInference
+from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
 from .codegen import expected_dtype, expected_shape
 from .errors import PortError

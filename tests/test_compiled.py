@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 import aot_ops
-from aot_ops._port.cell import _program_operator
+from aot_ops._port.mode_programs import program_operator
+from aot_ops._port.program_inputs import ProgramInput, Source
 from aot_ops._port.compiled import is_compiled
 from port_support import assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch
@@ -40,9 +41,9 @@ def port_compiled(model, args, **kwargs):
 
 def compiled_programs(cell) -> dict[str, bool]:
     found = {}
-    for mode, fused in cell._spec.fused.items():
+    for mode, programs in cell.mode_programs.items():
         for name in ("forward", "backward", "inference"):
-            program = getattr(fused, name)
+            program = programs.program(name)
             if program is not None:
                 found[f"{mode}.{name}"] = is_compiled(program)
     return found
@@ -131,8 +132,8 @@ def test_a_package_is_compiled_once_then_loaded_from_the_cache_without_a_compile
         cell = aot_ops.from_torch(model, (x,), fuse="compile")  # training mode: forward and backward
         cell.set_train(False)                                   # evaluation: the inference program
         seconds = time.perf_counter() - start
-        (fused,) = cell._spec.fused.values()
-        assert all(is_compiled(p) for p in (fused.forward, fused.backward, fused.inference))
+        (programs,) = cell.mode_programs.values()
+        assert all(is_compiled(programs.program(p)) for p in ("forward", "backward", "inference"))
         torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
         print(f"seconds={seconds:.2f}")
     """)
@@ -206,11 +207,12 @@ def test_a_compiled_program_refuses_inputs_it_was_not_compiled_for(mode):
     torch.manual_seed(4)
     model, x = SmallNet().eval(), torch.randn(5, 7)
     cell = port_compiled(model, (x,))
-    (fused,) = cell._spec.fused.values()
-    operator = _program_operator(fused.inference)
-    assert fused.inference_inputs[-1] == ("input", "x")
+    (programs,) = cell.mode_programs.values()
+    operator = program_operator(programs.program("inference"))
+    inputs = programs.fused.inference_inputs
+    assert inputs[-1] == ProgramInput.user("x") and all(i.source is Source.STATE for i in inputs[:-1])
     state = dict(model.named_parameters())
-    weights = [to_ms(state[key]) for _kind, key in fused.inference_inputs[:-1]]
+    weights = [to_ms(state[i.name]) for i in inputs[:-1]]
     with pytest.raises(RuntimeError, match=r"SmallNet \(training and evaluation\) inference.*input 4 is Float of "
                                            r"shape \[6, 7\]; the program was compiled for Float of shape \[5, 7\]"):
         to_torch(operator(*weights, to_ms(torch.randn(6, 7))))

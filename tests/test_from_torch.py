@@ -19,6 +19,7 @@ from mindspore import ops
 from torch import nn
 
 import aot_ops
+from aot_ops._port.program_inputs import ProgramInput
 from aot_ops._core import mindspore_private
 from aot_ops._core import primitive as _primitive
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
@@ -82,8 +83,9 @@ def test_evaluation_only_ports_the_evaluation_graph_alone(mode, fuse):
     assert not cell.training  # the cell starts in the only mode it has
     assert set(cell._spec.operator_counts) == {"eval"}
     if fuse:  # no AOTAutograd: the inference program alone
-        graph = cell._spec.fused["eval"]
-        assert graph.forward is None and graph.backward is None and graph.inference is not None
+        programs = cell.mode_programs["eval"]
+        assert programs.program("forward") is None and programs.program("backward") is None
+        assert programs.program("inference") is not None
     model.eval()
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
     with pytest.raises(aot_ops.PortError, match="ResNet was ported with evaluation_only=True.*without "
@@ -333,8 +335,8 @@ def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, in
     else:
         assert not to_torch(x_grad).any()
     if fuse:
-        fused = cell._spec.fused.get("train") or cell._spec.fused["both"]
-        x_position = fused.inputs.index(("input", cell._spec.inputs[0].name))
+        fused = (cell.mode_programs.get("train") or cell.mode_programs["both"]).fused
+        x_position = fused.inputs.index(ProgramInput.user(cell.input_names[0]))
         assert (fused.grads[x_position] is None) == (not input_grads)
 
 
@@ -346,8 +348,8 @@ def test_fused_evaluation_runs_the_module_outputs_alone_and_still_differentiates
     model = TransformerClassifier().eval()
     x = torch.randn(4, 6, 32)
     cell = aot_ops.from_torch(model, (x,), fuse=True)
-    (fused,) = cell._spec.fused.values()
-    assert fused.inference.num_outputs == 1 < fused.forward.num_outputs
+    (programs,) = cell.mode_programs.values()
+    assert programs.program("inference").num_outputs == 1 < programs.program("forward").num_outputs
     programs = aot_ops.program_launches()
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
     assert aot_ops.program_launches() - programs == 1

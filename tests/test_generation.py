@@ -205,7 +205,7 @@ def test_compiled_one_token_step_decodes_like_torch():
             assert to_torch(tokens).tolist() == expected
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    program = lm.cell._spec.fused["eval"].inference
+    program = lm.cell.mode_programs["eval"].program("inference")
     # compiled for the one-token step; the interpreted nodes are kept for the prompt's sizes
     assert is_compiled(program) and "program_nodes" in program.attrs
     flat, shapes = list(program.attrs["program_input_shapes"]), []

@@ -8,9 +8,8 @@ from __future__ import annotations
 import functools
 import threading
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
-import torch
 from mindspore import Tensor, ops
 from mindspore.ops import CustomRegOp, DataType
 

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .cell import PortedCell, PortSpec, StateEntry, Structure
+from .cell import PortedCell, PortSpec, StateEntry
+from .module_tree import Structure
 from .codegen import generate
 from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export

@@ -1,21 +1,19 @@
 """PortedCell: what every ported network has, besides its generated graph (codegen.py).
 
-- The torch module's structure as nested Cells, so parameters are named as in the state_dict ("layer1.0.conv1.weight";
-  under a parent Cell MindSpore prefixes them, as torch does) and print(cell) shows the module tree with the number
-  of bridged operators each module makes. Numbered children (Sequential, ModuleList) become a CellList.
-- Parameters as mindspore.Parameter (trainable as in torch), buffers as non-trainable Parameters, which the
-  training graph updates with Assign (BatchNorm's running statistics and num_batches_tracked).
-- Weights both ways: load_torch_state_dict(state_dict) and torch_state_dict().
-- set_train(True/False) switches between the module's training and evaluation graphs.
+The cell keeps the torch module's structure (module_tree.py: nested Cells, so parameters are named as in the
+state_dict and print(cell) shows the module tree), its weights as MindSpore Parameters (trainable as in torch;
+buffers as non-trainable Parameters, which the training graph updates with Assign), both ways with
+load_torch_state_dict and torch_state_dict, and the call: keyword binding and checks (call_inputs.py), one compiled
+graph per call in PyNative (graph_entry.py), set_train(True/False) switching between the module's training and
+evaluation graphs. With fuse=True each mode's programs and their operators belong to a ModePrograms
+(mode_programs.py).
 """
 from __future__ import annotations
 
 import collections
-import keyword
 import sys
-import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
 import mindspore as ms
 import torch
@@ -23,17 +21,16 @@ from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
-from .._core.convert import ms_view, to_ms, to_torch, torch_view
+from .._core.convert import to_ms, to_torch, torch_view
 from .._core.mindspore_private import has_hooks, recompile_on_next_call
-from .._build.bundled import library_path
-from .._core.opdef import FRESH, OpDef
-from .._core.inference import CppInference
 from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
-from .codegen import expected_dtype, expected_shape
+from .call_inputs import bind_inputs, check_inputs
 from .errors import PortError
 from .graph_entry import PyNativeGraph, sync_phase
+from .mode_programs import ModePrograms
 from .modes import Mode
+from .module_tree import OperatorSet, add_parameter, build_module_cells, describe_counts
 
 
 @dataclass
@@ -72,54 +69,6 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
-class _Structural:
-    """A Cell that only holds Parameters and other cells (the module tree, the operators of a graph): it never runs
-    as a graph of its own. MindSpore sets `compile_phase` on every cell of a network at every GRAPH_MODE call, each
-    through Cell.__setattr__'s checks (a ported BERT's 78 cells cost about as much as its forward program); these
-    keep the value without passing it on."""
-
-    @property
-    def compile_phase(self):
-        return self.__dict__.get("_compile_phase")
-
-    @compile_phase.setter
-    def compile_phase(self, value):
-        self.__dict__["_compile_phase"] = value
-
-
-class _TorchModule(_Structural):
-    """What a Cell standing for a torch submodule shows in print(cell): its class and its bridged operators."""
-
-    def __init__(self, kind: str, counts: str):
-        super().__init__()
-        self._kind, self._counts = kind, counts
-
-    def extend_repr(self):
-        return f"{self._kind}{self._counts}"
-
-
-class ModuleCell(_TorchModule, nn.Cell):
-    """A torch submodule: holds its parameters and buffers and its children."""
-
-
-class ModuleListCell(_TorchModule, nn.CellList):
-    """A torch module whose children are numbered (Sequential, ModuleList): indexed as cell[i]."""
-
-
-class OperatorSet(_Structural, nn.Cell):
-    """The bridged operators of one graph (training or evaluation), one attribute per torch node."""
-
-    def __init__(self, mode: str):
-        super().__init__()
-        self.mode = mode
-
-    def count(self) -> int:
-        return sum(1 for k, v in vars(self).items() if isinstance(v, ops.Primitive)) + len(self._cells)
-
-    def __repr__(self):
-        return f"OperatorSet({self.count()} bridged operators, {self.mode})"
-
-
 class StateWrite(nn.Cell):
     """`self.assign(parameter, value)` of the generated code: a buffer update (BatchNorm's running statistics, a
     key/value cache). MindSpore's CPU Assign has no bfloat16 kernel; the in-place copy does (the branch is decided
@@ -142,12 +91,12 @@ class PortedCell(nn.Cell):
         freed as soon as its Parameter exists, so the weights are held once, even while the cell is built)."""
         super().__init__()
         self._spec = spec
-        self._build_modules(spec)
+        self._cells_by_path = build_module_cells(self, spec)
         self._parameters: dict[str, ms.Parameter] = {}
         for entry in spec.state:
             if entry.alias_of is None:
                 tensor = initial_state[entry.key]
-                self._parameters[entry.key] = parameter = self._add_parameter(entry, tensor)
+                self._parameters[entry.key] = parameter = add_parameter(self._cells_by_path, entry, tensor)
                 if share_weights:
                     with torch.no_grad():
                         tensor.data = torch_view(parameter)
@@ -157,8 +106,10 @@ class PortedCell(nn.Cell):
         for name, tensor in spec.constants.items():
             setattr(self, f"const_{name}", to_ms(tensor))
         self.assign = StateWrite()
-        if spec.compile_programs:
-            self._compile_programs(spec.training)
+        # Not cells: held in __dict__, out of MindSpore's attribute machinery.
+        self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_programs)
+                                           for mode, fused in spec.fused.items()}
+        self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():
             setattr(self, f"ops_{mode}", operators)
         super().set_train(spec.training)
@@ -175,10 +126,10 @@ class PortedCell(nn.Cell):
                 self._flat_twin.set_inputs(*dynamic)
 
     def __call__(self, *args, **kwargs):
-        if self._spec.compile_programs and self._compile_programs(self.training):
+        if self._compile_programs(self.training):
             self._rebuild_operators()  # switched mode through a parent's set_train
-        args = self._positional(args, kwargs)
-        self._check_inputs(args)
+        args = bind_inputs(self.module_name, self._spec.inputs, args, kwargs)
+        check_inputs(self.module_name, self._spec.inputs, args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
         as_graph = graph_mode or self._runs_as_graph()
         spec = self._spec.out_spec
@@ -236,25 +187,6 @@ class PortedCell(nn.Cell):
             self.__dict__["_pynative_graph_entry"] = graph
         return graph
 
-    def _positional(self, args: tuple, kwargs: dict) -> tuple:
-        """The inputs in the order construct takes them, keyword arguments placed by name (the module's own)."""
-        if not kwargs:
-            return args
-        names = [spec.name for spec in self._spec.inputs]
-        values = list(args) + [_MISSING] * (len(names) - len(args))
-        for key, value in kwargs.items():
-            if key not in names:
-                raise TypeError(f"{self.module_name} got an unexpected keyword argument '{key}' (its inputs: "
-                                f"{', '.join(names)})")
-            k = names.index(key)
-            if k < len(args):
-                raise TypeError(f"{self.module_name} got multiple values for argument '{key}'")
-            values[k] = value
-        missing = [n for n, v in zip(names, values) if v is _MISSING]
-        if missing:
-            raise TypeError(f"{self.module_name} is missing input(s): {', '.join(missing)}")
-        return tuple(values)
-
     def _forget_compiled_graphs(self) -> None:
         """After a kernel failed, MindSpore 2.10 fails every later run of that compiled graph with an empty
         RuntimeError (built-in operators too); a new creation time gives the next call a freshly compiled graph."""
@@ -262,101 +194,50 @@ class PortedCell(nn.Cell):
             if cell is not None:
                 recompile_on_next_call(cell)
 
-    def _check_inputs(self, args) -> None:
-        """The inputs' shapes and dtypes against those the module was ported for (construct checks again, for calls
-        from other graphs; here MindSpore's own checks of dynamic inputs would come first)."""
-        specs = self._spec.inputs
-        if len(args) != len(specs):
-            raise TypeError(f"{self.module_name} takes {len(specs)} input(s) ({', '.join(s.name for s in specs)}), "
-                            f"got {len(args)}")
-        for spec, arg in zip(specs, args):
-            shape = tuple(getattr(arg, "shape", ()))
-            dtype = getattr(arg, "dtype", None)
-            if len(shape) != len(spec.shape) or any(n is not None and n != d for n, d in zip(spec.shape, shape)):
-                raise ValueError(expected_shape(self.module_name, spec) + str(shape))
-            if dtype != _dtypes.to_ms(spec.dtype):
-                raise TypeError(expected_dtype(self.module_name, spec) + str(dtype))
-
     # ---- structure ---------------------------------------------------------------------------------------------
 
     def make_operators(self) -> dict[str, OperatorSet]:
         raise NotImplementedError  # generated
 
+    @property
+    def mode_programs(self) -> dict[str, ModePrograms]:
+        """With fuse=True: each mode's programs (the ones it runs now, compiled or interpreted) by the mode's name
+        ("train", "eval", or "both" when one graph serves both), for tools and tests; empty for a port per node."""
+        return {mode.value: programs for mode, programs in self.__dict__["_mode_programs"].items()}
+
     def make_program(self, mode: str, bprop_factory) -> AotOp:
         """The forward program of `mode` (fuse=True) as one operator, its bprop calling the backward program."""
-        fused = self._spec.fused[mode]
-        bprop = None
-        if bprop_factory is not None:
-            constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
-            bprop = bprop_factory(_program_operator(fused.backward, eager_front=False), constants)
-        return _program_operator(fused.forward, bprop)
+        return self.__dict__["_mode_programs"][Mode(mode)].forward_operator(bprop_factory, self._constant_of(mode))
 
     def make_inference(self, mode: str, bprop_factory) -> AotOp:
         """The inference program of `mode` (fuse=True: the module's outputs, nothing saved) as one operator; its
         bprop runs the forward program again, then the backward program."""
-        fused = self._spec.fused[mode]
-        bprop = None
-        if bprop_factory is not None:
-            forward_constants = tuple(getattr(self, f"const_{mode}_{name}") for kind, name in fused.inputs
-                                      if kind == "constant" and name.startswith("f_"))
-            constants = tuple(getattr(self, f"const_{mode}_{name}") for name in fused.backward_constants)
-            bprop = bprop_factory(_program_operator(fused.forward, eager_front=False),
-                                  _program_operator(fused.backward, eager_front=False), forward_constants, constants)
-        return _program_operator(fused.inference, bprop)
+        return self.__dict__["_mode_programs"][Mode(mode)].inference_operator(bprop_factory, self._constant_of(mode))
 
-    def _build_modules(self, spec: PortSpec) -> None:
-        structure = Structure(spec.modules, (entry.key for entry in spec.state))
-        cells: dict[str, nn.Cell] = {"": self}
-        if structure.root_is_list:  # nn.Sequential itself: its numbered children in a CellList
-            self.layers = ModuleListCell(spec.module_name, "")
-        for path, kind in spec.modules:
-            if not path:
-                continue
-            counts = _describe_counts(spec.operator_counts, path)
-            cell = (ModuleListCell if path in structure.lists else ModuleCell)(kind, counts)
-            parent_path, _, name = path.rpartition(".")
-            if parent_path in structure.lists:
-                (self.layers if parent_path == "" else cells[parent_path]).append(cell)
-            else:
-                _check_free(cells[parent_path], attribute_name(name), path)
-                setattr(cells[parent_path], attribute_name(name), cell)
-            cells[path] = cell
-        self._cells_by_path = cells
-
-    def _add_parameter(self, entry: StateEntry, tensor: torch.Tensor) -> ms.Parameter:
-        parent_path, _, name = entry.key.rpartition(".")
-        holder = self._cells_by_path[parent_path]
-        _check_free(holder, attribute_name(name), entry.key)
-        # A Parameter copies its initial data: handing it a view of the torch tensor makes that the only copy
-        tensor = tensor.detach()
-        initial = ms_view(tensor) if tensor.is_contiguous() else to_ms(tensor)
-        parameter = ms.Parameter(initial, name=entry.key, requires_grad=entry.trainable)
-        setattr(holder, attribute_name(name), parameter)
-        return parameter
+    def _constant_of(self, mode: str):
+        """The cell's value of a constant input of `mode`'s programs (the attribute the generated source reads)."""
+        return lambda program_input: getattr(self, f"const_{Mode(mode).value}_{program_input.name}")
 
     def extend_repr(self):
-        return f"{self.module_name}{_describe_counts(self._spec.operator_counts, '')}"
+        return f"{self.module_name}{describe_counts(self._spec.operator_counts, '')}"
 
     # ---- training and evaluation -------------------------------------------------------------------------------
 
     def set_train(self, mode: bool = True):
         if mode and self._spec.refused_training:
             raise PortError(self._spec.refused_training)
-        if self._spec.compile_programs and self._compile_programs(mode):
+        if self._compile_programs(mode):
             self._rebuild_operators()
         return super().set_train(mode)
 
     # ---- fuse="compile" ----------------------------------------------------------------------------------------
 
     def _compile_programs(self, training: bool) -> bool:
-        """Compiles what the cell runs in that mode, once (compiled.py): a training step's forward and backward
-        programs, or evaluation's inference program. Each graph is compiled when first needed, as compiling takes
-        seconds. True if a program changed (the operators must then be rebuilt)."""
-        fused = self._spec.fused
-        mode = Mode.running(training, fused)
-        if mode not in fused:
-            return False
-        return fused[mode].compile(("forward", "backward") if training else ("inference",))
+        """fuse="compile": compiles what the cell runs in that mode, once (ModePrograms.compile_for). True if a
+        program changed (the operators must then be rebuilt)."""
+        programs = self.__dict__["_mode_programs"]
+        mode = Mode.running(training, programs)
+        return mode in programs and programs[mode].compile_for(training)
 
     def _rebuild_operators(self) -> None:
         for mode, operators in self.make_operators().items():
@@ -397,68 +278,8 @@ class PortedCell(nn.Cell):
         return IncompatibleKeys(missing, unexpected)
 
 
-def _program_operator(program, bprop=None, eager_front: bool = True) -> AotOp:
-    """One program (program.py) as an operator of the bundled library's program entry. A backward program runs
-    inside MindSpore's bprop, where ops.Custom is faster than the PyNative front (see _core/opdef.py)."""
-    dtypes = list(program.out_dtypes)
-    # A fresh identity: the attributes hold the whole program, too long to spell out as a stable one.
-    return OpDef(library_path(), program.symbol, program.attrs, bprop=bprop, arity=program.arity,
-                 infer=CppInference(lambda _dtypes: dtypes), identity=FRESH, eager_front=eager_front).build()
-
-
 def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:
     return _dtypes.to_torch(parameter.dtype)
-
-
-class Structure:
-    """Where each torch submodule sits in the ported cell: numbered children (Sequential, ModuleList) form a
-    CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`. A module that also holds
-    parameters or buffers of its own (a ParametrizationList: `original0` beside its numbered parametrizations) is
-    a plain Cell with `item_<i>` children instead, as GRAPH_MODE reads a CellList as a tuple, which has no
-    attributes."""
-
-    def __init__(self, modules: list[tuple[str, str]], state_keys: Iterable[str] = ()):
-        children: dict[str, list[str]] = collections.defaultdict(list)
-        for path, _kind in modules:
-            if path:
-                parent, _, name = path.rpartition(".")
-                children[parent].append(name)
-        holders = {key.rpartition(".")[0] for key in state_keys}
-        self.lists = {p for p, names in children.items()
-                      if names == [str(k) for k in range(len(names))] and p not in holders}
-        self.root_is_list = "" in self.lists
-        self.expressions = {"": "self"}
-        for path, _kind in modules:
-            if path:
-                parent, _, name = path.rpartition(".")
-                base = "self.layers" if parent == "" and self.root_is_list else self.expressions[parent]
-                self.expressions[path] = (f"{base}[{name}]" if parent in self.lists
-                                          else f"{base}.{attribute_name(name)}")
-
-    def state_expression(self, key: str) -> str:
-        """Python expression of a state entry's Parameter from the root cell: "self.layer1[0].conv1.weight"."""
-        parent, _, name = key.rpartition(".")
-        return f"{self.expressions[parent]}.{attribute_name(name)}"
-
-
-def attribute_name(name: str) -> str:
-    """The attribute of a ported cell that holds the torch submodule or tensor called `name` in its parent. Names
-    that are not Python identifiers (nn.ParameterList's "0", nn.ModuleDict's or nn.ParameterDict's free-form keys)
-    become "item_<name>" with every other character replaced by "_": the generated construct reads attributes by
-    name, and the Parameters keep their state_dict keys as their names whatever the attribute is."""
-    if name.isidentifier() and not keyword.iskeyword(name):
-        return name
-    return "item_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-
-
-def _check_free(cell: nn.Cell, name: str, path: str) -> None:
-    if not name.isidentifier() or keyword.iskeyword(name) or hasattr(cell, name) or name in _RESERVED:
-        raise PortError(f"'{path}': the name '{name}' cannot be a MindSpore Cell attribute (it is not an "
-                        "identifier, or Cell uses it); rename it in the torch module")
-
-
-_RESERVED = {"training", "assign"}
-_MISSING = object()
 
 
 def _has_custom_containers(spec) -> bool:
@@ -477,16 +298,3 @@ def _leaves(value, spec) -> list:
     else:
         parts = list(value)
     return [leaf for part, child in zip(parts, spec.children()) for leaf in _leaves(part, child)]
-
-
-def _describe_counts(counts: dict[str, dict[str, int]], path: str) -> str:
-    """", 12 bridged operators" for the module at `path` and its children (per mode when they differ)."""
-    per_mode = {mode: sum(n for p, n in by_path.items() if p == path or p.startswith(path + ".") or not path)
-                for mode, by_path in counts.items()}
-    values = set(per_mode.values())
-    if not values or values == {0}:
-        return ""
-    if len(values) == 1:
-        n = values.pop()
-        return f", {n} bridged operator{'s' if n != 1 else ''}"
-    return ", bridged operators: " + ", ".join(f"{n} in {Mode(m).label}" for m, n in per_mode.items())

@@ -21,6 +21,7 @@ from .._core.dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
 from .modes import Mode
+from .program_inputs import ProgramInput, SavedFrom, Source
 
 _LINE = 118
 
@@ -52,7 +53,8 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
            "from mindspore import ops as _ops",
            "",
            "from aot_ops import aten",
-           "from aot_ops._port.cell import OperatorSet, PortedCell",
+           "from aot_ops._port.cell import PortedCell",
+           "from aot_ops._port.module_tree import OperatorSet",
            ""]
     for mode, f in (fused or {}).items():
         out.extend(["", *_bprop(mode, f)])
@@ -194,12 +196,16 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
     """forward_<mode> as one program call, then the buffer updates, then the outputs."""
     read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr, differentiable)
 
-    def value(kind: str, name: str) -> str:
-        return {"state": lambda: copies.get(name) or state_expr(name), "constant": lambda: f"self.const_{mode}_{name}",
-                "input": lambda: name}[kind]()
+    def value(program_input: ProgramInput) -> str:
+        name = program_input.name
+        if program_input.source is Source.STATE:
+            return copies.get(name) or state_expr(name)
+        if program_input.source is Source.CONSTANT:
+            return f"self.const_{mode}_{name}"
+        return name
 
     def calls(indent: str, operator: str, program, inputs) -> list[str]:
-        call = f"self.ops_{mode}.{operator}({', '.join(value(k, n) for k, n in inputs)})"
+        call = f"self.ops_{mode}.{operator}({', '.join(value(i) for i in inputs)})"
         return _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
                      indent + "    ")
 
@@ -228,7 +234,8 @@ def _bprop(mode: str, fused) -> list[str]:
     n = fused.forward.num_inputs
     params = [f"a{i}" for i in range(n)]
     single_out = fused.forward.num_outputs == 1
-    saved = [f"a{i}" if kind == "input" else ("out" if single_out else f"out[{i}]") for kind, i in fused.saved]
+    saved = [f"a{s.index}" if s.source is SavedFrom.INPUT else ("out" if single_out else f"out[{s.index}]")
+             for s in fused.saved]
     tangents = ["dout" if single_out else f"dout[{k}]" for k in fused.tangents]
     constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
     call = f"backward({', '.join(saved + tangents + constants)})"
@@ -249,13 +256,14 @@ def _inference_bprop(mode: str, fused) -> list[str]:
     its own (no gradient); the forward's own constants come with the factory."""
     if fused.backward is None:
         return []
-    placeholders = len(fused.inference_inputs) - sum(1 for k, n in fused.inference_inputs if n.startswith("i_"))
+    placeholders = fused.inference_placeholders
     n = fused.inference.num_inputs
     params = [f"a{i}" for i in range(n)]
     forward_args = [f"a{i}" if i < placeholders else f"forward_constants[{i - placeholders}]"
                     for i in range(fused.forward.num_inputs)]
     single_forward = fused.forward.num_outputs == 1
-    saved = [forward_args[i] if kind == "input" else ("o" if single_forward else f"o[{i}]") for kind, i in fused.saved]
+    saved = [forward_args[s.index] if s.source is SavedFrom.INPUT else ("o" if single_forward else f"o[{s.index}]")
+             for s in fused.saved]
     single_out = fused.inference.num_outputs == 1
     tangents = ["dout" if single_out else f"dout[{k}]" for k in fused.tangents]
     constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]

@@ -22,10 +22,11 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
-from .compiled import TRAINING_CONFIGS, GraphSource, compiled_or_interpreted
+from .compiled import TRAINING_CONFIGS, GraphSource
 from .errors import PortError
 from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
+from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
 
 
 @dataclass
@@ -34,41 +35,36 @@ class FusedGraph:
 
     forward: Program | None                   # None: ported for inference only (the inference program runs)
     backward: Program | None                  # None: no output is differentiable, or inference only
-    inputs: list[tuple[str, str]]             # per forward input: ("state", key) | ("constant", name) | ("input", name)
-    constants: dict[str, torch.Tensor]        # values of the ("constant", name) inputs
+    inputs: list[ProgramInput]                # the forward program's inputs, in order
+    constants: dict[str, torch.Tensor]        # the value of every constant input of the mode's programs, by name
     buffer_updates: list[tuple[str, int]]     # (buffer key, forward output position)
     user_outputs: list[int]                   # forward output positions of the module's outputs, in pytree order
-    saved: list[tuple[str, int]] = field(default_factory=list)  # per backward saved input: ("input", i) | ("output", k)
+    saved: list[Saved] = field(default_factory=list)  # what the backward takes before the cotangents
     tangents: list[int] = field(default_factory=list)  # forward output positions whose cotangents the backward takes
     grads: list[int | None] = field(default_factory=list)  # per forward input: backward output index, or None (zero)
-    backward_constants: list[str] = field(default_factory=list)  # constants the backward takes after its values
+    backward_constants: list[ProgramInput] = field(default_factory=list)  # taken after the cotangents
     # The exported graph alone as one program: the same leading outputs as `forward` (buffer updates and the
     # module's outputs), nothing saved for a backward. Evaluation runs it: a forward program's saved activations
     # are extra outputs MindSpore allocates and the program copies on every call (BERT's forward returns 41
     # tensors for its 2 outputs).
     inference: Program | None = None
-    inference_inputs: list[tuple[str, str]] = field(default_factory=list)  # as `inputs`, for `inference`
+    inference_inputs: list[ProgramInput] = field(default_factory=list)  # as `inputs`, for `inference`
     # Each program's graph as a torch module, for fuse="compile" (compiled.py): "forward", "backward", "inference".
     sources: dict[str, GraphSource] = field(default_factory=dict, repr=False)
-    compile_tried: set[str] = field(default_factory=set)
     # With dynamic sizes: the value each size symbol takes in the one signature fuse="compile" compiles (the other
     # sizes run the interpreted nodes, which the program keeps).
     compile_sizes: dict | None = None
 
-    def compile(self, which: tuple[str, ...]) -> bool:
-        """Replaces the programs named in `which` by compiled ones (fuse="compile"), each tried once; one that does
-        not compile stays interpreted, with a CompileFallbackWarning. True if a program was replaced."""
-        replaced = False
-        for name in which:
-            program = getattr(self, name)
-            if program is None or name in self.compile_tried or name not in self.sources:
-                continue
-            self.compile_tried.add(name)
-            compiled = compiled_or_interpreted(program, self.sources[name], self.compile_sizes)
-            setattr(self, name, compiled)
-            replaced = replaced or compiled is not program
-        return replaced
+    @property
+    def forward_constants(self) -> list[ProgramInput]:
+        """The constants the forward program takes after the exported graph's placeholders."""
+        return [i for i in self.inputs if i.origin is Origin.FORWARD]
 
+    @property
+    def inference_placeholders(self) -> int:
+        """How many of the inference program's inputs are the exported graph's placeholders (the forward program
+        takes the same ones first); the rest are constants of its own."""
+        return sum(1 for i in self.inference_inputs if i.origin is not Origin.INFERENCE)
 
 def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str,
          input_grads: bool = True, inference_only: bool = False) -> FusedGraph:
@@ -129,8 +125,9 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
                                        and n not in fnames]
 
     specs = program.graph_signature.input_specs
-    inputs = [_input_kind(spec) for spec in specs] + [("constant", f"f_{n}") for n in fgraph.constants]
-    constants = {f"f_{n}": t for n, t in fgraph.constants.items()}
+    forward_constants = [ProgramInput.constant(Origin.FORWARD, n) for n in fgraph.constants]
+    inputs = [_program_input(spec) for spec in specs] + forward_constants
+    constants = {i.name: t for i, t in zip(forward_constants, fgraph.constants.values())}
     fused = FusedGraph(forward, None, inputs, constants, _buffer_updates(output_specs), _user_outputs(output_specs))
     fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
                                            _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
@@ -152,10 +149,11 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
     fused.sources["backward"] = GraphSource(captured["backward"], len(bnames),
                                             [k for k, n in enumerate(bouts) if n is not None],
                                             _examples(bnodes, bnames, bgraph.constants), TRAINING_CONFIGS)
-    fused.saved = [("input", fnames.index(n)) if n in fnames else ("output", f_outputs.index(n)) for n in saved_names]
+    fused.saved = [Saved(SavedFrom.INPUT, fnames.index(n)) if n in fnames else Saved(SavedFrom.OUTPUT, f_outputs.index(n))
+                   for n in saved_names]
     fused.tangents = differentiable
-    fused.constants.update({f"b_{n}": t for n, t in bgraph.constants.items()})
-    fused.backward_constants = [f"b_{n}" for n in bgraph.constants]
+    fused.backward_constants = [ProgramInput.constant(Origin.BACKWARD, n) for n in bgraph.constants]
+    fused.constants.update({i.name: t for i, t in zip(fused.backward_constants, bgraph.constants.values())})
     grads, k = [], 0
     for name in bouts:
         grads.append(None if name is None else k)
@@ -178,12 +176,13 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     placeholders = [n.name for n in program.graph.nodes if n.op == "placeholder"]
     specs = program.graph_signature.input_specs
     inputs = list(placeholders)
-    kinds = [_input_kind(spec) for spec in specs]
+    kinds = [_program_input(spec) for spec in specs]
     for name, tensor in graph.constants.items():
         if name not in placeholders:  # a factory of fixed size, computed when the graph was read
             inputs.append(name)
-            kinds.append(("constant", f"i_{name}"))
-            fused.constants[f"i_{name}"] = tensor
+            constant = ProgramInput.constant(Origin.INFERENCE, name)
+            kinds.append(constant)
+            fused.constants[constant.name] = tensor
     user, buffers = iter(graph.outputs), iter(value for _key, value in graph.buffer_updates)
     outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user)
                for spec in program.graph_signature.output_specs]
@@ -192,7 +191,7 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     fused.inference_inputs = kinds
     for spec in specs:  # tensors torch.export lifted out of the module (a scalar written into a slice)
         if spec.kind == InputKind.CONSTANT_TENSOR:
-            fused.constants[f"lifted_{spec.arg.name}"] = program.constants[spec.target]
+            fused.constants[_program_input(spec).name] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
     fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), list(range(len(outputs))),
                                              _examples(nodes, placeholders, folded))
@@ -221,12 +220,13 @@ def _unaliased(value, inputs):
     return value
 
 
-def _input_kind(spec) -> tuple[str, str]:
+def _program_input(spec) -> ProgramInput:
+    """What an exported graph's placeholder is, from torch.export's input spec."""
     if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-        return ("state", spec.target)
+        return ProgramInput.state(spec.target)
     if spec.kind == InputKind.CONSTANT_TENSOR:
-        return ("constant", f"lifted_{spec.arg.name}")
-    return ("input", spec.arg.name)
+        return ProgramInput.constant(Origin.LIFTED, spec.arg.name)
+    return ProgramInput.user(spec.arg.name)
 
 
 def _flat_inputs(program: ExportedProgram, trainable: set[str], input_grads: bool) -> list:

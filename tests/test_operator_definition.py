@@ -93,3 +93,25 @@ def test_one_cache_entry_per_input_signature_for_the_front_and_the_custom_path(m
     assert_same(eager, torch.add(x, y) if primitive.symbol == "Add" else torch.atan2(x, y))
     op(to_ms(x.double()), to_ms(y.double()))
     assert len(primitive.outputs) == entries + 2
+
+
+def test_generic_bprops_name_every_input_for_any_count():
+    """GRAPH_MODE compiles a bprop from its source, which must name every input: the generic bprops are written
+    per count into an imported file, for counts the old fixed definitions stopped at (8), and call the backward
+    with the inputs in order."""
+    import inspect
+
+    from aot_ops._core import bprops
+
+    calls = []
+    bprop = bprops.inputs_then_cotangent(lambda *args: calls.append(args) or args, 11)
+    parameters = list(inspect.signature(bprop).parameters)
+    assert parameters == [f"a{i}" for i in range(11)] + ["out", "dout"]
+    assert "backward(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, dout)" in inspect.getsource(bprop)
+    bprop(*range(11), "out", "dout")
+    assert calls == [(*range(11), "dout")]
+    spread = bprops.inputs_then_cotangents(lambda *args: args, 2)
+    assert spread("x", "y", "out", ("d0", "d1")) == ("x", "y", "d0", "d1")
+    single = bprops.cotangent_then_inputs(lambda *args: args, 1)
+    assert single("x", "out", "d") == (("d", "x"),)  # one input: one gradient, returned as a 1-tuple
+    assert bprops.inputs_then_cotangent(lambda *args: args, 0) is None

@@ -10,11 +10,7 @@ buffers, weights both ways, training and evaluation).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,12 +18,12 @@ from typing import Any, Sequence
 import torch
 
 from .cell import PortedCell, PortSpec, StateEntry
-from .module_tree import Structure
 from .codegen import generate
 from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export
 from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
+from .module_tree import Structure
 from .modes import Mode
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
@@ -289,22 +285,7 @@ def _class_name(module_name: str) -> str:
 def _load_class(class_name: str, source: str) -> tuple[type, Path]:
     """The generated class, from a file in the build cache named by the source's hash (GRAPH_MODE parses the
     source of construct, and needs its module importable by name)."""
-    from .._build import cache, private
+    from .._build.generated import import_generated
 
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    module_name = f"aot_ops_ported_{class_name}_{digest}"
-    folder = private.private_dir(cache.private_root() / "ported")  # the file is imported: only this user's
-    path = folder / f"{class_name}_{digest}.py"
-    module = sys.modules.get(module_name)
-    if module is None:
-        if not os.path.lexists(path) or private.check_file(path).read_text() != source:
-            cache.write_text_atomically(path, source)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[module_name]
-            raise
+    module, path = import_generated(class_name, source, folder="ported")
     return getattr(module, class_name), path

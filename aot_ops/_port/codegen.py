@@ -17,6 +17,7 @@ import torch
 
 from .._aten.argtypes import CALL_TIME
 from .._aten.sizes import SizeExpr
+from .._core.bprops import bprop_source
 from .._core.dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
@@ -240,13 +241,9 @@ def _bprop(mode: str, fused) -> list[str]:
     constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
     call = f"backward({', '.join(saved + tangents + constants)})"
     grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
-    lines = [f"def _bprop_{mode}(backward, constants):",
-             *_wrap(f"    def bprop({', '.join(params + ['out', 'dout'])}):", "            ")]
-    lines.extend(_wrap(f"        g = ({call},)" if fused.backward.num_outputs == 1 else f"        g = {call}",
-                       "            "))
-    lines.extend(_wrap(f"        return ({', '.join(grads)},)", "            "))
-    lines.append("    return bprop")
-    return lines
+    body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
+            f"return ({', '.join(grads)},)"]
+    return bprop_source(f"_bprop_{mode}", ["backward", "constants"], params, body, _wrap)
 
 
 def _inference_bprop(mode: str, fused) -> list[str]:
@@ -269,15 +266,12 @@ def _inference_bprop(mode: str, fused) -> list[str]:
     constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
     grads = [f"_ops.zeros_like(a{i})" if i >= placeholders or fused.grads[i] is None else f"g[{fused.grads[i]}]"
              for i in range(n)]
-    lines = [f"def _inference_bprop_{mode}(forward, backward, forward_constants, constants):",
-             *_wrap(f"    def bprop({', '.join(params + ['out', 'dout'])}):", "            "),
-             *_wrap(f"        o = forward({', '.join(forward_args)})", "            ")]
     call = f"backward({', '.join(saved + tangents + constants)})"
-    lines.extend(_wrap(f"        g = ({call},)" if fused.backward.num_outputs == 1 else f"        g = {call}",
-                       "            "))
-    lines.extend(_wrap(f"        return ({', '.join(grads)},)", "            "))
-    lines.append("    return bprop")
-    return lines
+    body = [f"o = forward({', '.join(forward_args)})",
+            f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
+            f"return ({', '.join(grads)},)"]
+    return bprop_source(f"_inference_bprop_{mode}", ["forward", "backward", "forward_constants", "constants"],
+                        params, body, _wrap)
 
 
 def _input_check(module_name: str, spec) -> list[str]:

@@ -82,11 +82,21 @@ def cuda_library() -> list[AotExtension]:
     return [AotExtension("aot_ops.lib.libaot_ops_cuda", sources, [Path("kernels") / "cuda"], cuda.host_cflags())]
 
 
+def npu_library() -> list[AotExtension]:
+    """The bundled ATen kernels with NPU placement (ms_ext's MindSpore buffers as torch_npu tensors on MindSpore's
+    aclrtStream), only where torch_npu and the CANN toolkit are installed: the same sources as the CPU library."""
+    from aot_ops._build import npu
+
+    if npu.why_not_buildable():
+        return []
+    return [AotExtension("aot_ops.lib.libaot_ops_npu", cpu_kernel_sources(), device="npu")]
+
+
 os.chdir(HERE)  # the source lists above are relative to the project
 setup(
     ext_modules=[AotExtension("aot_ops.lib.libaot_ops_cpu", cpu_kernel_sources()),
                  AotExtension("aot_ops.lib.libaot_ops_ascendc", ascendc_sources(), ascendc_include_dirs()),
-                 *cuda_library(),
+                 *cuda_library(), *npu_library(),
                  front_build.FrontExtension()],  # the PyNative fast front (aot_ops/_front)
     cmdclass={"build_ext": BuildBundledLibraries},
 )

@@ -84,6 +84,7 @@ _LAZY = {
     "load_inline": ("._core.library", "load_inline"),
     "Library": ("._core.library", "Library"),
     "BuildError": ("._build.builder", "BuildError"),
+    "NpuSetupError": ("._build.npu", "NpuSetupError"),
     "cache_dir": ("._core.library", "cache_dir"),
     "cache_entries": ("._core.library", "cache_entries"),
     "clean_cache": ("._core.library", "clean_cache"),

@@ -31,17 +31,23 @@ class AotExtension(Extension):
     """A shared library of aot entry points (not a Python extension module): `name` is its dotted place in the
     package (`my_kernels.lib.libmy_kernels` -> my_kernels/lib/libmy_kernels.so).
 
-    `use_torch=False` for a plain C/C++ kernel that neither includes nor links torch.
+    `use_torch=False` for a plain C/C++ kernel that neither includes nor links torch. `device="npu"`: its ms_ext
+    entry points run on an Ascend NPU through torch_npu (ms_ext's NPU placement; needs torch_npu and CANN).
     """
 
     def __init__(self, name: str, sources: Sequence[str | Path], include_dirs: Sequence[str | Path] = (),
-                 extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (), use_torch: bool = True):
+                 extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (), use_torch: bool = True,
+                 device: str = "cpu"):
         super().__init__(name, sources=[])  # setuptools must not compile these itself
         self.aot_sources = [Path(s) for s in sources]
         self.aot_include_dirs = [Path(p) for p in include_dirs]
         self.aot_cflags = list(extra_cflags)
         self.aot_ldflags = list(extra_ldflags)
         self.use_torch = use_torch
+        if device not in ("cpu", "npu"):
+            raise ValueError(f"AotExtension {name}: device must be 'cpu' or 'npu' (CUDA follows from .cu sources), "
+                             f"got {device!r}")
+        self.device = device
 
 
 def installed_torch_runpath(library_name: str) -> list[str]:
@@ -72,7 +78,7 @@ class BuildAotExtension(build_ext):
     def build_extension(self, ext: Extension) -> None:
         if not isinstance(ext, AotExtension):
             return super().build_extension(ext)
-        from ._build import build_info, builder, toolchain
+        from ._build import build_info, builder, npu, toolchain
 
         output = Path(self.get_ext_fullpath(ext.name)).resolve()
         if self.final_in_source_tree:
@@ -85,7 +91,8 @@ class BuildAotExtension(build_ext):
             name=output.stem, sources=[s.resolve() for s in ext.aot_sources], use_torch=ext.use_torch,
             extra_cflags=ext.aot_cflags, extra_ldflags=ext.aot_ldflags,
             extra_include_paths=[p.resolve() for p in ext.aot_include_dirs],
-            torch_runpath=runpath if ext.use_torch else None)
+            torch_runpath=runpath if ext.use_torch else None,
+            npu_toolchain=npu.toolchain() if getattr(ext, "device", "cpu") == "npu" else None)
         builder.build_library(spec, self.build_dir_for(ext), output, verbose=self.verbose > 1)
         build_info.write(output, use_torch=ext.use_torch)
 

@@ -21,7 +21,7 @@ def test_doctor_passes_here_and_prints_a_table(tmp_path):
     proc = run_doctor(AOT_OPS_CACHE=tmp_path / "cache")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for row in ("Python", "MindSpore", "numpy", "torch", "C++ ABI", "C++ compiler", "ninja", "nvcc",
-                "CANN (Ascend)", "build cache"):
+                "CANN (Ascend)", "torch_npu", "build cache"):
         assert any(line.startswith(row) for line in proc.stdout.splitlines()), row
     assert "MindSpore 0: handled" in proc.stdout
     assert not (tmp_path / "cache").exists()  # looking does not create the cache
@@ -73,8 +73,28 @@ def test_cuda_architecture_list_is_checked(monkeypatch):
 def test_cann_is_found_through_its_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))
+    finding = doctor.check_cann()  # a folder without the runtime an NPU library links
+    assert finding.status == doctor.WARN and "has no lib64/libascendcl.so" in finding.detail
+    (tmp_path / "lib64").mkdir()
+    (tmp_path / "lib64" / "libascendcl.so").write_bytes(b"")
     finding = doctor.check_cann()
     assert finding.status == doctor.OK and str(tmp_path) in finding.detail
+
+
+def test_torch_npu_is_found_without_importing_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("AOT_OPS_TORCH_NPU", str(tmp_path))
+    finding = doctor.check_torch_npu()
+    assert finding.status == doctor.INFO and finding.detail.startswith("not installed")
+    (tmp_path / "include" / "torch_npu").mkdir(parents=True)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libtorch_npu.so").write_bytes(b"")
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
+    finding = doctor.check_torch_npu()
+    assert str(tmp_path) in finding.detail
+    if doctor.npu.find_cann() is None:  # the usual machine: headers found, nothing to link the runtime against
+        assert finding.status == doctor.INFO and "NPU libraries cannot link: the CANN toolkit is not found" in \
+            finding.detail
 
 
 def test_cache_another_user_controls_blocks_use(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import cuda, toolchain
+from . import cuda, npu, toolchain
 from ..errors import Error
 
 log = logging.getLogger("aot_ops.build")
@@ -39,6 +39,9 @@ class LibrarySpec:
     Sources are compiled by suffix: `.cu` with nvcc, `.c` with the C compiler, anything else as C++.
     `torch_runpath`: where the installed library finds torch's libraries, relative to itself
     (`$ORIGIN/../../torch/lib`), for libraries shipped in a package; None: this environment's torch, absolute.
+    `npu_toolchain`: build with NPU placement against torch_npu (npu.py): every C++ unit gets its flags, and
+    ms_ext's NPU runtime unit (torch_npu and ACL) is compiled in and linked, unless `npu_runtime_in_sources` (the
+    sources answer ms_ext/detail/npu_runtime.h themselves: a test device).
     """
 
     name: str
@@ -48,10 +51,17 @@ class LibrarySpec:
     extra_ldflags: Sequence[str] = ()
     extra_include_paths: Sequence[Path] = ()
     torch_runpath: Sequence[str] | None = None
+    npu_toolchain: npu.NpuToolchain | None = None
+    npu_runtime_in_sources: bool = False
 
     @property
     def has_cuda(self) -> bool:
         return any(cuda.is_cuda_source(s) for s in self.sources)
+
+    @property
+    def has_npu_runtime(self) -> bool:
+        """Whether ms_ext's NPU runtime unit (torch_npu and ACL) is compiled in."""
+        return self.npu_toolchain is not None and not self.npu_runtime_in_sources
 
 
 def _object_name(index: int, source: Path) -> str:
@@ -60,10 +70,14 @@ def _object_name(index: int, source: Path) -> str:
 
 def _user_units(spec: LibrarySpec) -> list[tuple[Path, str, list[str]]]:
     include = [f"-I{p}" for p in spec.extra_include_paths]
-    cxx_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *include,
+    npu_flags = spec.npu_toolchain.cflags() if spec.npu_toolchain is not None else []
+    cxx_flags = [*(toolchain.torch_cflags() if spec.use_torch else toolchain.plain_cflags()), *npu_flags, *include,
                  *spec.extra_cflags]
     units = []
-    for source in spec.sources:
+    sources = list(spec.sources)
+    if spec.has_npu_runtime:
+        sources.append(toolchain.ms_ext_dir() / "src" / npu.RUNTIME_SOURCE)
+    for source in sources:
         source = Path(source).resolve()
         if cuda.is_cuda_source(source):
             units.append((source, "nvcc", [*cuda.nvcc_cflags(spec.use_torch), *include, *spec.extra_cflags]))
@@ -115,6 +129,11 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
         ldflags = toolchain.link_flags(spec.use_torch, spec.torch_runpath) + list(spec.extra_ldflags)
         if spec.has_cuda:
             ldflags += cuda.link_flags(spec.use_torch)
+        if spec.has_npu_runtime:
+            # An installed library finds torch_npu beside torch, as it finds torch (relative to itself)
+            relative = (None if spec.torch_runpath is None else
+                        [entry.replace("torch/lib", "torch_npu/lib") for entry in spec.torch_runpath])
+            ldflags += spec.npu_toolchain.ldflags(relative)
         _build(fh, [library.name], "link", objects, {"ldflags": " ".join(shlex.quote(f) for f in ldflags)})
         w.default(_ninja_path(library.name))
     return path

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import build_info, cuda, toolchain
+from . import build_info, cuda, npu, toolchain
 from .._native.opener import preload_torch_libraries
 from .._native.paths import LIB_DIR, LIBRARIES
 
 
 def library_path(kind: str = "cpu") -> Path:
     """Absolute path of a library bundled with aot_ops: "cpu" (the ATen kernels, the default), "ascendc" (the
-    Ascend C kernels on the CPU emulator) or "cuda" (the CUDA kernels, where setup.py could build them).
+    Ascend C kernels on the CPU emulator), "cuda" (the CUDA kernels, where setup.py could build them) or "npu" (the
+    same ATen kernels with NPU placement through torch_npu, where torch_npu and CANN were found at install time).
 
     Use it to build `ops.Custom(f"{aot_ops.library_path()}:LeakyRelu", ..., func_type="aot")` by hand; torch's
     libraries it needs are loaded first, so MindSpore can load it wherever torch is installed. Raises
@@ -24,6 +25,9 @@ def library_path(kind: str = "cpu") -> Path:
     if not path.is_file():
         if kind == "cuda":
             why = cuda.why_not_linkable(use_torch=True) or "TORCH_CUDA_ARCH_LIST was not set at install time"
+            raise FileNotFoundError(f"{path} was not built: {why}")
+        if kind == "npu":
+            why = npu.why_not_buildable() or "torch_npu and CANN were installed after aot_ops (reinstall aot_ops)"
             raise FileNotFoundError(f"{path} was not built: {why}")
         raise FileNotFoundError(
             f"{path} is missing: the kernels are built at install time (`pip install --no-build-isolation -e .`, "

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .._build import builder, cache, cuda, private, toolchain
+from .._build import builder, cache, cuda, npu, private, toolchain
 from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._native.opener import check_white_list
@@ -87,19 +87,22 @@ class Library:
 
 def load(name: str, sources: Sequence[PathLike] | PathLike, *, extra_cflags: Sequence[str] = (),
          extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[PathLike] = (),
-         with_torch: bool | None = None, verbose: bool = False) -> Library:
+         with_torch: bool | None = None, device: str = "cpu", verbose: bool = False) -> Library:
     """Compile `sources` into an aot library named `name` (or load it from the cache) and return it.
 
     `.cpp`/`.cc` compile as C++17, `.c` as C, `.cu` with nvcc (TORCH_CUDA_ARCH_LIST chooses the GPUs). With
     `with_torch=None` the sources decide: torch is included and linked only if they include torch, ATen, c10 or
     an ms_ext header other than ms_ext/c_api.h. Compile, link and load-check failures raise `aot_ops.BuildError`
-    showing the first errors with file and line; the full log stays on disk.
+    showing the first errors with file and line; the full log stays on disk. `device="npu"` builds the entry
+    points for an Ascend NPU (ms_ext's NPU placement: MindSpore's buffers as torch_npu tensors, its aclrtStream as
+    the current stream), where torch_npu and the CANN toolkit are installed; elsewhere `aot_ops.NpuSetupError`
+    says which is missing.
 
         lib = aot_ops.load("my_ops", ["my_ops.cpp"], extra_cflags=["-DUSE_FAST_PATH"])
         op = lib.op("MyLeakyRelu", attrs={"negative_slope": 0.2})
     """
     paths = resolve_sources(sources, f"aot_ops.load({name!r})")
-    return _load(name, paths, {}, extra_cflags, extra_ldflags, extra_include_paths, with_torch, verbose)
+    return _load(name, paths, {}, extra_cflags, extra_ldflags, extra_include_paths, with_torch, verbose, device)
 
 
 def resolve_sources(sources: Sequence[PathLike] | PathLike, caller: str) -> list[Path]:
@@ -138,11 +141,18 @@ def load_inline(name: str, cpp_source: str, *, cuda_source: str | None = None, e
 
 
 def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, extra_ldflags,
-          extra_include_paths, with_torch: bool | None, verbose: bool) -> Library:
+          extra_include_paths, with_torch: bool | None, verbose: bool, device: str = "cpu") -> Library:
+    if device not in ("cpu", "npu"):
+        raise ValueError(f"aot_ops.load({name!r}): device must be 'cpu' or 'npu' (CUDA follows from .cu sources), "
+                         f"got {device!r}")
+    npu_toolchain = npu.toolchain() if device == "npu" else None  # NpuSetupError where it cannot be built
     include_paths = [Path(p).resolve() for p in extra_include_paths]
     if with_torch is None:
         with_torch = cache.uses_torch(sources + cache.local_headers(sources, include_paths, texts), texts)
+        with_torch = with_torch or npu_toolchain is not None
     description = cache.describe(name, sources, with_torch, extra_cflags, extra_ldflags, include_paths, texts)
+    if npu_toolchain is not None:  # part of the key: the same sources build another library for the NPU
+        description["npu"] = {"torch_npu": str(npu_toolchain.torch_npu), "cann": str(npu_toolchain.cann_home)}
     has_cuda = any(cuda.is_cuda_source(s) for s in sources)
     not_linkable = cuda.why_not_linkable(with_torch) if has_cuda else None
     if has_cuda:
@@ -171,7 +181,8 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
         if verbose:
             print(f"aot_ops: building {name}: {'; '.join(reasons)}", file=sys.stderr)
         spec = builder.LibrarySpec(name=name, sources=sources, use_torch=with_torch, extra_cflags=extra_cflags,
-                                   extra_ldflags=extra_ldflags, extra_include_paths=include_paths)
+                                   extra_ldflags=extra_ldflags, extra_include_paths=include_paths,
+                                   npu_toolchain=npu_toolchain)
         start = time.monotonic()
         build_dir = private.private_dir(folder / "build")
         private.private_dir(entry_dir)

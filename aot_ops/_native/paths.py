@@ -9,7 +9,8 @@ LIB_DIR = PACKAGE_DIR / "lib"
 CPU_LIBRARY = "libaot_ops_cpu.so"
 ASCENDC_LIBRARY = "libaot_ops_ascendc.so"
 CUDA_LIBRARY = "libaot_ops_cuda.so"
-LIBRARIES = {"cpu": CPU_LIBRARY, "ascendc": ASCENDC_LIBRARY, "cuda": CUDA_LIBRARY}
+NPU_LIBRARY = "libaot_ops_npu.so"
+LIBRARIES = {"cpu": CPU_LIBRARY, "ascendc": ASCENDC_LIBRARY, "cuda": CUDA_LIBRARY, "npu": NPU_LIBRARY}
 
 
 def source_dir(name: str) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._native import opener as _clib
 from .._native.paths import CPU_LIBRARY, LIB_DIR
-from .._build import builder, cache, cuda, private, toolchain
+from .._build import builder, cache, cuda, npu, private, toolchain
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 
@@ -144,13 +144,34 @@ def check_cuda() -> list[Finding]:
 
 
 def check_cann() -> Finding:
+    home = npu.find_cann()
+    if home is not None:
+        return Finding("CANN (Ascend)", OK, f"{home} (lib64/libascendcl.so): NPU libraries link against it")
     for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
         value = os.environ.get(var)
         if value:
-            state = OK if Path(value).is_dir() else WARN
-            return Finding("CANN (Ascend)", state, f"{var}={value}" + ("" if state == OK else " does not exist"))
+            return Finding("CANN (Ascend)", WARN, f"{var}={value} has no lib64/libascendcl.so: NPU libraries "
+                                                  "cannot link")
     return Finding("CANN (Ascend)", INFO, "not found (ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME unset): Ascend "
                                           "operators cannot be built here; CPU and CUDA are unaffected")
+
+
+def check_torch_npu() -> Finding:
+    """torch_npu, found without importing it (its import needs the CANN runtime)."""
+    folder = npu.find_torch_npu()
+    if folder is None:
+        return Finding("torch_npu", INFO, "not installed: the ATen fallbacks cannot run on an Ascend NPU here "
+                                          "(aot_ops.load(..., device=\"npu\") and library_path(\"npu\") need it and "
+                                          "CANN); CPU and CUDA are unaffected")
+    version = _version("torch-npu") or _version("torch_npu")  # None: a folder named by $AOT_OPS_TORCH_NPU
+    torch_version = (_version("torch") or "").split("+")[0]
+    detail = f"{version or 'unpackaged'} at {folder} (headers and libtorch_npu.so)"
+    if version and torch_version and not version.startswith(torch_version):
+        return Finding("torch_npu", WARN, f"{detail}; torch is {torch_version}: install the torch_npu release of "
+                                          "the same version")
+    why = npu.why_not_buildable()
+    return Finding("torch_npu", OK if why is None else INFO,
+                   detail + ("; NPU libraries build here" if why is None else f"; NPU libraries cannot link: {why}"))
 
 
 def check_cache() -> Finding:
@@ -257,7 +278,7 @@ def check_bundled_libraries() -> list[Finding]:
 
 def diagnose() -> list[Finding]:
     findings = [check_python(), check_mindspore(), check_numpy(), *check_torch(), *check_compilers(),
-                *check_cuda(), check_cann(), check_cache(), check_white_list(), *check_bundled_libraries(),
+                *check_cuda(), check_cann(), check_torch_npu(), check_cache(), check_white_list(), *check_bundled_libraries(),
                 check_front()]
     return findings
 

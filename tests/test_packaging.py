@@ -105,12 +105,16 @@ def test_every_documented_name_is_reachable_from_a_fresh_import():
 def test_one_library_path_names_every_bundled_library():
     assert aot_ops.library_path().name == "libaot_ops_cpu.so"
     assert aot_ops.library_path("ascendc").name == "libaot_ops_ascendc.so"
-    with pytest.raises(ValueError, match=r"aot_ops.library_path: unknown library 'tpu' \(one of cpu, ascendc, cuda\)"):
+    with pytest.raises(ValueError, match=r"aot_ops.library_path: unknown library 'tpu' \(one of cpu, ascendc, cuda, "
+                                         r"npu\)"):
         aot_ops.library_path("tpu")
     cuda_library = LIB_DIR / "libaot_ops_cuda.so"
     if not cuda_library.is_file():  # this machine: no CUDA torch, so setup.py did not build it, and says why
         with pytest.raises(FileNotFoundError, match="libaot_ops_cuda.so was not built: "):
             aot_ops.library_path("cuda")
+    if not (LIB_DIR / "libaot_ops_npu.so").is_file():  # no torch_npu and CANN: the same
+        with pytest.raises(FileNotFoundError, match="libaot_ops_npu.so was not built: torch_npu is not installed"):
+            aot_ops.library_path("npu")
 
 
 def test_an_operator_definition_takes_a_backward_kernel_or_a_bprop_not_both():

@@ -6,7 +6,8 @@
     doctor                   check Python, MindSpore, torch, numpy, compilers, CUDA, CANN and the cache
     conformance [...]        run PyTorch's OpInfo samples through the ATen bridge (see --help)
     zoo [...]                port Hugging Face transformers models, check them against torch, time them
-    fuzz --cases N           generated hostile calls in both modes; counts deaths, wrong results and hangs
+    fuzz --cases N           generated hostile calls in both modes, and garbage in the exported C functions'
+                             raw arguments (--raw-cases N); counts deaths, wrong results and hangs
 
 Exit status: 0 done; 1 a check found a problem (doctor, fuzz, conformance, zoo); 2 usage error; 3 build failed;
 4 compiled but not linked (CUDA sources on a machine that cannot link them).
@@ -91,7 +92,7 @@ def _fuzz(args: argparse.Namespace) -> int:
             print(f"{done}/{total}", file=sys.stderr, flush=True)
 
     report = _fuzz.run(args.cases, seed=args.seed, jobs=args.jobs, timeout=args.timeout, start=args.start,
-                       progress=progress)
+                       progress=progress, raw_cases=args.raw_cases, raw_catalogue=args.raw_catalogue)
     print(report.summary())
     if args.json:
         Path(args.json).write_text(json.dumps({"seed": report.seed, "seconds": report.seconds,
@@ -140,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     fuzz = sub.add_parser("fuzz", help="generated hostile calls, each judged against torch (exit 1 on a death, "
                                        "a wrong result or a hang)")
     fuzz.add_argument("--cases", type=int, default=500, help="how many cases (default 500)")
+    fuzz.add_argument("--raw-cases", type=int, default=200,
+                      help="how many raw-argument cases: garbage a C caller could pass the bundled libraries' exported "
+                           "functions (default 200)")
+    fuzz.add_argument("--raw-catalogue", action="store_true",
+                      help="also every single raw-argument fault once (aot_ops/tools/fuzz/raw_cases.py: catalogue)")
     fuzz.add_argument("--seed", type=int, default=0, help="the case sequence (default 0)")
     fuzz.add_argument("--start", type=int, default=0, help="first case index (to re-run one case)")
     fuzz.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")

@@ -1,6 +1,7 @@
 """Runs fuzz cases in worker processes and counts what happened, including what a worker cannot report itself:
 a process death (the worker is restarted for the next case) and a hang (no answer within the time limit; the
-worker is killed).
+worker is killed). Operator cases (cases.py) run in worker.py's processes, raw-argument cases (raw_cases.py) in
+raw_worker.py's, which do not load MindSpore.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import threading
 import time
 
 from .cases import Generator
+from .raw_cases import RawGenerator, catalogue
+
+WORKERS = {"ops": "aot_ops.tools.fuzz.worker", "raw": "aot_ops.tools.fuzz.raw_worker"}
 
 RESULT = "FUZZ-RESULT "  # prefix of a worker's answer lines (anything else on stdout is ignored)
 
@@ -30,9 +34,11 @@ class Report:
     seconds: float
 
     def counts(self, key: str = "outcome") -> dict:
+        """Outcomes by the cases' `key` ("all" for "outcome"); cases without that key are left out."""
         table: dict = collections.defaultdict(collections.Counter)
         for r in self.results:
-            table[r["case"][key] if key != "outcome" else "all"][r["outcome"]] += 1
+            if key == "outcome" or key in r["case"]:
+                table[r["case"][key] if key != "outcome" else "all"][r["outcome"]] += 1
         return {k: dict(v) for k, v in sorted(table.items(), key=lambda kv: str(kv[0]))}
 
     @property
@@ -46,6 +52,8 @@ class Report:
             lines.append(f"  {modes[mode]:<10} " + _format(counts))
         for kind, counts in self.counts("kind").items():
             lines.append(f"  {kind:<10} " + _format(counts))
+        for entry, counts in self.counts("entry").items():  # the raw-argument cases, by exported function
+            lines.append(f"  raw {entry:<14} " + _format(counts))
         lines.append(f"  {'all':<10} " + _format(self.counts()["all"]))
         for r in self.failures[:20]:
             lines.append(f"FAILED {r['outcome']}: {json.dumps(r['case'])}\n    {r['detail'][:600]}")
@@ -58,12 +66,13 @@ def _format(counts: dict) -> str:
 
 
 class Worker:
-    """One `python -m aot_ops.tools.fuzz.worker` process; answers are read on a thread so a hang can time out."""
+    """One worker process (`python -m aot_ops.tools.fuzz.worker`, or raw_worker); answers are read on a thread so
+    a hang can time out."""
 
-    def __init__(self):
+    def __init__(self, module: str = WORKERS["ops"]):
         self.log = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, GLOG_v="3", PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "aot_ops.tools.fuzz.worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -114,15 +123,34 @@ class Worker:
 
 
 def run(cases: int, seed: int = 0, jobs: int = 2, timeout: float = 60.0, start: int = 0,
-        progress=None) -> Report:
-    """Runs cases start..start+cases-1 of the seed's sequence on `jobs` worker processes."""
-    generator = Generator(seed)
+        progress=None, raw_cases: int = 0, raw_catalogue: bool = False) -> Report:
+    """Runs operator cases start..start+cases-1 of the seed's sequence, then raw-argument cases
+    start..start+raw_cases-1 of the seed's raw sequence (after every single raw fault once, with
+    `raw_catalogue`), on `jobs` worker processes of each kind."""
+    generator, raw = Generator(seed), RawGenerator(seed)
+    raw_batch = (catalogue() if raw_catalogue else []) + [raw.case(i) for i in range(start, start + raw_cases)]
+    batches = [("ops", [generator.case(i) for i in range(start, start + cases)]), ("raw", raw_batch)]
+    began = time.monotonic()
+    results: list[dict] = []
+    for kind, batch in batches:
+        results += run_cases(batch, WORKERS[kind], jobs, timeout, progress)
+    return Report(seed=seed, results=results, seconds=time.monotonic() - began)
+
+
+def run_raw(cases: list[dict], jobs: int = 2, timeout: float = 60.0) -> Report:
+    """Runs given raw-argument cases (raw_cases.catalogue(), for one) in raw_worker processes."""
+    began = time.monotonic()
+    results = run_cases(cases, WORKERS["raw"], jobs, timeout)
+    return Report(seed=-1, results=results, seconds=time.monotonic() - began)
+
+
+def run_cases(cases: list[dict], module: str, jobs: int, timeout: float, progress=None) -> list[dict]:
+    """Each case's result (sorted by case id), from `jobs` processes of `module`; a dead one is replaced."""
     todo: queue.Queue = queue.Queue()
-    for index in range(start, start + cases):
-        todo.put(generator.case(index))
+    for case in cases:
+        todo.put(case)
     results: list[dict] = []
     lock = threading.Lock()
-    began = time.monotonic()
 
     def drive():
         worker = None
@@ -134,7 +162,7 @@ def run(cases: int, seed: int = 0, jobs: int = 2, timeout: float = 60.0, start: 
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.stop()
-                worker = Worker()
+                worker = Worker(module)
                 if not worker.wait_ready(timeout=300):
                     raise RuntimeError(f"a fuzz worker did not start: {worker.stderr_tail()}")
             answer = worker.run(case, timeout)
@@ -142,14 +170,14 @@ def run(cases: int, seed: int = 0, jobs: int = 2, timeout: float = 60.0, start: 
             with lock:
                 results.append({"case": case, **answer})
                 if progress:
-                    progress(len(results), cases)
+                    progress(len(results), len(cases))
         if worker is not None:
             worker.stop()
 
-    threads = [threading.Thread(target=drive) for _ in range(max(1, jobs))]
+    threads = [threading.Thread(target=drive) for _ in range(max(1, min(jobs, len(cases))))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     results.sort(key=lambda r: r["case"]["id"])
-    return Report(seed=seed, results=results, seconds=time.monotonic() - began)
+    return results

@@ -90,7 +90,12 @@ struct AttrDecls {
 
 class Attrs {
  public:
-  explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {}
+  // `extra` is what MindSpore passes (its AotExtra), an ms_ext call extra, or NULL (no attributes). Anything else
+  // (a C caller's garbage) is refused here, before any attribute is read through it: every entry point reads its
+  // attributes through an Attrs first, so each names the operator in that error.
+  explicit Attrs(void *extra) : extra_(static_cast<ms_ext_extra *>(extra)) {
+    if (ms_ext_extra_check(extra_) != 0) throw std::invalid_argument(ms_ext_last_error());
+  }
 
   // The attributes packed in `text` (one string attribute written by aot_ops/_core/packed_attrs.py): MindSpore converts
   // every attribute on every PyNative call, so a kernel with hundreds of them (a program) carries them as one.

@@ -77,6 +77,16 @@ typedef struct {
   size_t rows;
 } ms_ext_attr_value;
 
+/*
+ * 0 if `extra` can be used: NULL (no attributes), an ms_ext call extra (below), or what looks like MindSpore's
+ * AotExtra (a vtable of a complete object whose functions lie in loaded code); -1 otherwise, with the cause in
+ * ms_ext_last_error. Every ms_ext_extra_* function checks its `extra` with it first. It reads only memory it has
+ * found mapped; the mapping checks are system calls, made once per page and per vtable and then remembered, so a
+ * launch with MindSpore's extra costs a few loads. It cannot tell a mapped page with no access (PROT_NONE) from a
+ * readable one, nor a freed AotExtra from a live one.
+ */
+MS_EXT_EXPORT int ms_ext_extra_check(ms_ext_extra *extra);
+
 /* 1 if the primitive carries attribute `name`, 0 if not, -1 on failure (text in ms_ext_last_error). */
 MS_EXT_EXPORT int ms_ext_extra_has_attr(ms_ext_extra *extra, const char *name);
 /* Reads attribute `name` as `kind` into *out. 0 on success, -1 on failure (text in ms_ext_last_error). */
@@ -131,6 +141,25 @@ MS_EXT_EXPORT void *ms_ext_extra_kernel_data(ms_ext_extra *extra);
 MS_EXT_EXPORT int64_t ms_ext_live_kernel_states(void);
 MS_EXT_EXPORT void ms_ext_kernel_state_created(void);
 MS_EXT_EXPORT void ms_ext_kernel_state_destroyed(void);
+
+/* ---- calling entry points from C ---------------------------------------------------------------------------- */
+
+/*
+ * An entry point throws a C++ exception when it fails (MindSpore catches it and shows its text), which a C caller
+ * cannot catch. These call one the way MindSpore does and turn what it throws into -1 and ms_ext_last_error.
+ */
+/* Calls the launch function `function` (int F(nparam, params, ndims, shapes, dtypes, stream, extra)): its
+ * status, or -1. */
+MS_EXT_EXPORT int ms_ext_guarded_call(void *function, int nparam, void **params, int *ndims, int64_t **shapes,
+                                      const char **dtypes, void *stream, void *extra);
+/*
+ * Calls the C++ shape inference `function` (<Func>InferShape; `several`: it returns one shape per output, as for a
+ * kernel with several outputs, else one shape) and writes the shapes into `out` as
+ * [count, rank_0, dims_0..., rank_1, dims_1...], at most `capacity` values. Returns how many values the shapes
+ * take (more than `capacity`: call again with a larger `out`), or -1.
+ */
+MS_EXT_EXPORT int64_t ms_ext_guarded_infer_shape(void *function, int several, int *ndims, int64_t **shapes,
+                                                 void *extra, int64_t *out, int64_t capacity);
 
 /* ---- memory ----------------------------------------------------------------------------------------------- */
 

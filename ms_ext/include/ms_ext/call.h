@@ -42,6 +42,8 @@ class Call {
       : name_(name), signature_(signature), raw_(raw), attrs_(attrs), workspaces_(workspaces), device_(device),
         none_inputs_(none_inputs), state_(state) {
     const int n_in = signature.num_inputs(), n_out = signature.num_outputs();
+    if (!detail::parameter_count_fault(raw.nparam).empty())
+      throw std::invalid_argument(detail::parameter_count_fault(raw.nparam));
     if (raw.nparam != n_in + n_out + workspaces) {
       std::ostringstream os;
       os << "expected " << n_in << " input(s) and " << n_out << " output(s)";
@@ -50,8 +52,9 @@ class Call {
          << " parameters; check the number of arguments and out_shape/out_dtype of the Custom operator";
       throw std::invalid_argument(os.str());
     }
-    if (raw.params == nullptr || raw.ndims == nullptr || raw.dtypes == nullptr)
-      throw std::invalid_argument("MindSpore passed NULL params/ndims/dtypes");
+    if (raw.params == nullptr) throw std::invalid_argument("MindSpore passed NULL params");
+    if (raw.ndims == nullptr) throw std::invalid_argument("MindSpore passed NULL ndims");
+    if (raw.dtypes == nullptr) throw std::invalid_argument("MindSpore passed NULL dtypes");
     check_split(n_in, n_out);
     tensors_.reserve(n_in + n_out);
     for (int i = 0; i < n_in + n_out; ++i) tensors_.push_back(view(i));
@@ -176,7 +179,7 @@ class Call {
       throw std::invalid_argument(describe(i) + " is None, but the operator needs a tensor");
     }
     const int nd = raw_.ndims[i];
-    if (nd < 0) throw std::invalid_argument(describe(i) + " has a negative rank " + std::to_string(nd));
+    if (!detail::rank_fault(nd).empty()) throw std::invalid_argument(describe(i) + " has " + detail::rank_fault(nd));
     if (nd > 0 && (raw_.shapes == nullptr || raw_.shapes[i] == nullptr))
       throw std::invalid_argument(describe(i) + " has rank " + std::to_string(nd) + " but no shape");
     const std::vector<int64_t> sizes(nd > 0 ? raw_.shapes[i] : nullptr, nd > 0 ? raw_.shapes[i] + nd : nullptr);

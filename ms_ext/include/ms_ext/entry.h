@@ -63,6 +63,20 @@ InferShapeResult<NumOutputs> infer_shape_entry(const char *name, const Signature
   return result;
 }
 
+// A C caller's garbage (NULL arrays, a count or capacity that does not fit the kernel) is refused before any array
+// is touched.
+inline void check_output_types_arguments(const Signature &sig, int num_inputs, const char *const *input_dtypes,
+                                         const char **output_dtypes, int capacity) {
+  if (num_inputs != sig.num_inputs())
+    throw std::invalid_argument("expected " + std::to_string(sig.num_inputs()) + " input(s), got " +
+                                std::to_string(num_inputs));
+  if (input_dtypes == nullptr && num_inputs > 0) throw std::invalid_argument("input_dtypes is NULL");
+  if (output_dtypes == nullptr) throw std::invalid_argument("output_dtypes is NULL");
+  if (capacity < sig.num_outputs())
+    throw std::invalid_argument("capacity is " + std::to_string(capacity) + ", but the kernel has " +
+                                std::to_string(sig.num_outputs()) + " output dtype(s) to write");
+}
+
 // Output dtypes for aot_ops, which infers them in Python (as MindSpore tensor types; MindSpore turns a 0-dim output
 // whose type came from a C++ InferType into a Python scalar in GRAPH_MODE). Dtypes travel as MindSpore's names
 // (kMsDtypes); the output names point into that static table. A C function: failures return -1 with the text in
@@ -71,14 +85,12 @@ inline int output_types_entry(const char *name, const Signature &sig, int num_in
                               const char **output_dtypes, int capacity) noexcept {
   return guarded_status(name, [&] {
     if (sig.type_rule() == nullptr) throw std::logic_error("the kernel has no dtype rule (Signature::types)");
-    if (num_inputs != sig.num_inputs())
-      throw std::invalid_argument("expected " + std::to_string(sig.num_inputs()) + " input(s), got " +
-                                  std::to_string(num_inputs));
+    check_output_types_arguments(sig, num_inputs, input_dtypes, output_dtypes, capacity);
     std::vector<at::ScalarType> dtypes;
     for (int i = 0; i < num_inputs; ++i) dtypes.push_back(scalar_type_from_ms(input_dtypes[i]));
     sig.check_input_dtypes(dtypes);
     const std::vector<at::ScalarType> out = sig.type_rule()(TypeArgs(dtypes));
-    if (static_cast<int>(out.size()) != sig.num_outputs() || static_cast<int>(out.size()) > capacity)
+    if (static_cast<int>(out.size()) != sig.num_outputs())
       throw std::logic_error("the dtype rule returned " + std::to_string(out.size()) + " dtypes for " +
                              std::to_string(sig.num_outputs()) + " outputs");
     for (size_t k = 0; k < out.size(); ++k) {
@@ -90,10 +102,27 @@ inline int output_types_entry(const char *name, const Signature &sig, int num_in
   });
 }
 
+// Init keeps the kernel's state in `extra`, so it cannot run without a usable one. MindSpore always passes its
+// AotExtra; a C caller's NULL or garbage is refused with "<Operator>: <cause>" as the last error.
+inline bool init_extra_usable(const char *name, void *extra) {
+  std::string cause;
+  if (extra == nullptr) {
+    cause = "Init needs the extra argument (MindSpore's AotExtra, which keeps the kernel's state), and it is NULL";
+  } else if (ms_ext_extra_check(static_cast<ms_ext_extra *>(extra)) != 0) {
+    cause = ms_ext_last_error();
+  } else {
+    return true;
+  }
+  ms_ext_set_last_error((std::string(name) + ": " + cause).c_str());
+  return false;
+}
+
 // The Init hook: parses the state and requests scratch workspaces once per kernel. It never fails towards
-// MindSpore, which would report an empty message: a failure is stored and raised by the first launch.
+// MindSpore, which would report an empty message: a failure is stored and raised by the first launch. Only an
+// extra it cannot keep the state in (never MindSpore's) makes it return non-zero.
 template <typename State>
 int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **shapes, void *extra) {
+  if (!init_extra_usable(name, extra)) return 1;
   auto *data = new KernelData<State>();
   try {
     const Attrs attrs(extra);
@@ -117,6 +146,7 @@ int init_entry(const char *name, const Signature &sig, int *ndims, int64_t **sha
   }
   KernelDataBase *base = data;
   if (ms_ext_extra_set_kernel_data(static_cast<ms_ext_extra *>(extra), base) != 0) {
+    ms_ext_set_last_error((std::string(name) + ": " + ms_ext_last_error()).c_str());
     delete data;
     return 1;
   }
@@ -138,6 +168,13 @@ const State &launch_state(const Attrs &attrs, KernelData<State> *data, std::opti
   if (!data->init_error.empty() || !data->state)
     throw std::runtime_error("kernel initialisation failed: " + data->init_error);
   return *data->state;
+}
+
+// The entries whose arity comes from their attributes compute with the parameter count before any Call checks
+// it, so an absurd one is refused first, by name.
+inline void check_parameter_count(const char *name, int nparam) {
+  const std::string fault = parameter_count_fault(nparam);
+  if (!fault.empty()) raise(name, fault);
 }
 
 template <typename State, typename Body, typename Placement = DefaultPlacement>

@@ -82,6 +82,7 @@
   }                                                                                                            \
   extern "C" MS_EXT_EXPORT int NAME(int nparam, void **params, int *ndims, int64_t **shapes,                    \
                                     const char **dtypes, void *stream, void *extra) {                          \
+    ::ms_ext::detail::check_parameter_count(#NAME, nparam);                                                    \
     return LAUNCH(#NAME, ::ms_ext::detail::RawArgs{nparam, params, ndims, shapes, dtypes, stream, extra});      \
   }
 

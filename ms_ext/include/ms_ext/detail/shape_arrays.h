@@ -14,12 +14,12 @@
 #include <vector>
 
 #include <ms_ext/c_api.h>
+#include <ms_ext/detail/raw_args.h>
 #include <ms_ext/infer.h>
 
 namespace ms_ext {
 namespace detail {
 
-constexpr int kMaxRank = 64;                       // torch's limit; MindSpore's is lower
 constexpr int64_t kMaxDim = int64_t{1} << 40;      // no real dimension comes near; a heap address is above
 constexpr int64_t kMaxElements = int64_t{1} << 48;
 
@@ -32,7 +32,7 @@ inline std::vector<Shape> read_input_shapes(int count, const int *ndims, int64_t
   for (int i = 0; i < count; ++i) {
     if (ndims == nullptr || !ms_ext_mapped(ndims + i, sizeof(int))) fail(i, "has no rank");
     const int nd = ndims[i];
-    if (nd < 0 || nd > kMaxRank) fail(i, "has an impossible rank " + std::to_string(nd));
+    if (!rank_fault(nd).empty()) fail(i, "has " + rank_fault(nd));
     if (nd == 0) {  // 0-dim: MindSpore passes no shape (NULL)
       out.emplace_back();
       continue;

@@ -77,19 +77,38 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label)
         return fused
-    flat = _flat_inputs(program, trainable, input_grads)
-    captured: dict[str, torch.fx.GraphModule] = {}
+    joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
+    fused, forward = _forward_program(program, joint, label)
+    _add_inference(fused, program, graph, label)
+    if "backward" in joint.captured:
+        _add_backward(fused, joint, forward, label)
+    return fused
 
+
+@dataclass
+class _JointTrace:
+    """What AOTAutograd made of the exported graph: its forward and backward graphs, and which of the outputs
+    (those AOTAutograd saw, before the saved tensors) are differentiable."""
+
+    captured: dict[str, torch.fx.GraphModule]
+    num_outputs: int
+    differentiable: list[int]
+
+
+def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrace:
+    """AOTAutograd's forward and backward graphs of the exported graph, traced on fake `flat` inputs (torch's
+    default partition decides what the backward saves)."""
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_function
+    from torch._functorch.partitioners import default_partition
+
+    captured: dict[str, torch.fx.GraphModule] = {}
 
     def capture(name):
         def compiler(gm, _inputs):
             captured[name] = gm
             return make_boxed_func(gm)
         return compiler
-
-    from torch._functorch.partitioners import default_partition
 
     module = _views_as_reshapes(program.graph_module)
 
@@ -113,44 +132,59 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
         raise
     except Exception as exc:  # torch's tracing errors: what failed, in torch's words
         raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
+    return _JointTrace(captured, len(outs), differentiable)
 
-    fgraph, fnames, fouts = read_module(captured["forward"])
-    num_real = len(outs)
-    nodes = {n.name: n for n in captured["forward"].graph.nodes}
+
+@dataclass
+class _ForwardWiring:
+    """How the forward program's values are named, for the backward's wiring."""
+
+    inputs: list[str]        # the forward graph's placeholders
+    outputs: list[str]       # the program's outputs: the module's, then the saved tensors that are no input
+    saved: list[str]         # the tensors the backward takes before the cotangents
+    num_constants: int       # constants the forward program takes after its placeholders
+
+
+def _forward_program(program: ExportedProgram, joint: _JointTrace, label: str) -> tuple[FusedGraph, _ForwardWiring]:
+    """The FusedGraph with the forward program: the module's outputs, then the tensors saved for the backward."""
+    fgraph, fnames, fouts = read_module(joint.captured["forward"])
+    num_real = joint.num_outputs
+    nodes = {n.name: n for n in joint.captured["forward"].graph.nodes}
     saved_names = [n for n in fouts[num_real:] if isinstance(nodes[n].meta.get("val"), torch.Tensor)]  # not sizes
     f_inputs = fnames + list(fgraph.constants)
     f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in fnames]
     forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
     f_picks = list(range(num_real)) + [k for k, n in enumerate(fouts) if k >= num_real and n in saved_names
                                        and n not in fnames]
-
-    specs = program.graph_signature.input_specs
+    output_specs = program.graph_signature.output_specs
     forward_constants = [ProgramInput.constant(Origin.FORWARD, n) for n in fgraph.constants]
-    inputs = [_program_input(spec) for spec in specs] + forward_constants
+    inputs = [_program_input(spec) for spec in program.graph_signature.input_specs] + forward_constants
     constants = {i.name: t for i, t in zip(forward_constants, fgraph.constants.values())}
     fused = FusedGraph(forward, None, inputs, constants, _buffer_updates(output_specs), _user_outputs(output_specs))
-    fused.sources["forward"] = GraphSource(captured["forward"], len(fnames), f_picks,
+    fused.sources["forward"] = GraphSource(joint.captured["forward"], len(fnames), f_picks,
                                            _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
-    _add_inference(fused, program, graph, label)
-    if "backward" not in captured:
-        return fused
+    return fused, _ForwardWiring(fnames, f_outputs, saved_names, len(fgraph.constants))
 
-    bgraph, bnames, bouts = read_module(captured["backward"])
+
+def _add_backward(fused: FusedGraph, joint: _JointTrace, forward: _ForwardWiring, label: str) -> None:
+    """The backward program (saved tensors, then the cotangents of the differentiable outputs, then its constants;
+    a gradient per forward input that gets one) and how the bprop wires it."""
+    bgraph, bnames, bouts = read_module(joint.captured["backward"])
+    saved_names, differentiable = forward.saved, joint.differentiable
     if bnames[:len(saved_names)] != saved_names or len(bnames) != len(saved_names) + len(differentiable):
         raise PortError(f"{label}: the backward takes {len(bnames)} tensors, expected the {len(saved_names)} saved "
                         f"ones and {len(differentiable)} cotangents")
-    if len(bouts) != len(fnames):
-        raise PortError(f"{label}: the backward returns {len(bouts)} gradients for {len(fnames)} inputs")
-    bnodes = {n.name: n for n in captured["backward"].graph.nodes}
+    if len(bouts) != len(forward.inputs):
+        raise PortError(f"{label}: the backward returns {len(bouts)} gradients for {len(forward.inputs)} inputs")
+    bnodes = {n.name: n for n in joint.captured["backward"].graph.nodes}
     b_outputs = [n for n in bouts if n is not None]
     b_inputs = bnames + list(bgraph.constants)
-    backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs, bnames))
-    fused.backward = backward
-    fused.sources["backward"] = GraphSource(captured["backward"], len(bnames),
+    fused.backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs, bnames))
+    fused.sources["backward"] = GraphSource(joint.captured["backward"], len(bnames),
                                             [k for k, n in enumerate(bouts) if n is not None],
                                             _examples(bnodes, bnames, bgraph.constants), TRAINING_CONFIGS)
-    fused.saved = [Saved(SavedFrom.INPUT, fnames.index(n)) if n in fnames else Saved(SavedFrom.OUTPUT, f_outputs.index(n))
-                   for n in saved_names]
+    fused.saved = [Saved(SavedFrom.INPUT, forward.inputs.index(n)) if n in forward.inputs
+                   else Saved(SavedFrom.OUTPUT, forward.outputs.index(n)) for n in saved_names]
     fused.tangents = differentiable
     fused.backward_constants = [ProgramInput.constant(Origin.BACKWARD, n) for n in bgraph.constants]
     fused.constants.update({i.name: t for i, t in zip(fused.backward_constants, bgraph.constants.values())})
@@ -158,8 +192,7 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
     for name in bouts:
         grads.append(None if name is None else k)
         k += name is not None
-    fused.grads = grads + [None] * len(fgraph.constants)
-    return fused
+    fused.grads = grads + [None] * forward.num_constants
 
 
 def _buffer_updates(output_specs) -> list[tuple[str, int]]:

@@ -64,7 +64,24 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
             f"class {class_name}(PortedCell):",
             f"    module_name = {module_name!r}",
             "",
-            "    def make_operators(self):"]
+            *_make_operators(graphs, fused),
+            "",
+            *_construct(module_name, first.inputs, graphs, refused_training, input_grads)]
+    for mode, graph in graphs.items():
+        out.append("")
+        if fused:
+            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, differentiable))
+        else:
+            out.extend(_forward(mode, graph, state_expr, differentiable))
+    if _has_dict(first.out_spec):
+        out.extend(_flat_twin(class_name, ", ".join(i.name for i in first.inputs), first.out_spec))
+    return "\n".join(out) + "\n"
+
+
+def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
+    """make_operators(): per mode an OperatorSet holding the aten.op of every node, with the torch module and
+    source line that made it, or (fuse=True) the program operators."""
+    out = ["    def make_operators(self):"]
     for mode, graph in graphs.items():
         out.append(f"        {Mode(mode).attribute} = OperatorSet({Mode(mode).label!r})")
         if fused:
@@ -82,14 +99,18 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
             out.append(_clip("        " + comment))
             out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_aten_op(op)}", "            "))
     out.append("        return {" + ", ".join(f"{m!r}: {Mode(m).attribute}" for m in graphs) + "}")
-    out.append("")
+    return out
 
-    params = ", ".join(i.name for i in first.inputs)
-    out.append(f"    def construct(self, {params}):")
-    for k, spec in enumerate(first.inputs):
+
+def _construct(module_name: str, inputs: list, graphs: dict[str, Graph], refused_training: str | None,
+               input_grads: bool) -> list[str]:
+    """construct(): the input checks, then the training or the evaluation graph (self.training)."""
+    params = ", ".join(i.name for i in inputs)
+    out = [f"    def construct(self, {params}):"]
+    for spec in inputs:
         out.extend(_input_check(module_name, spec))
     if not input_grads:
-        for spec in first.inputs:
+        for spec in inputs:
             if spec.dtype.is_floating_point or spec.dtype.is_complex:
                 out.append(f"        {spec.name} = _ops.stop_gradient({spec.name})  # input_grads=False")
     if "both" in graphs:
@@ -101,15 +122,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
         else:
             out.append(f"            raise RuntimeError({refused_training!r})")
         out.append(f"        return self.forward_eval({params})")
-    for mode, graph in graphs.items():
-        out.append("")
-        if fused:
-            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, differentiable))
-        else:
-            out.extend(_forward(mode, graph, state_expr, differentiable))
-    if _has_dict(first.out_spec):
-        out.extend(_flat_twin(class_name, params, first.out_spec))
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _has_dict(spec) -> bool:
@@ -128,7 +141,7 @@ def _flat_twin(class_name: str, params: str, spec) -> list[str]:
     leaves = ", ".join(f"out{path}" for path in _leaf_paths(spec)) + ("," if spec.num_leaves == 1 else "")
     return ["", "",
             f"class Flat{class_name}(_ms.nn.Cell):",
-            f"    def __init__(self, cell):",
+            "    def __init__(self, cell):",
             "        super().__init__(auto_prefix=False)  # the ported cell's parameters keep their names",
             "        self.cell = cell",
             "",

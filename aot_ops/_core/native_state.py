@@ -53,6 +53,18 @@ def program_seconds() -> float:
     return _handle(str(library_path())).aot_ops_program_nanoseconds() * 1e-9
 
 
+def program_counts() -> dict[str, int]:
+    """What the bundled library's program entry keeps (kernels/aten/generic/program.cpp, ProgramRegistry):
+    `held`, the program keys held by live Program objects (a ported cell's programs); `alive`, the parsed programs
+    in memory (held, or used by a kernel MindSpore still has); `entries`, the registry's entries (keys held or
+    alive); `parses`, the programs parsed so far in this process."""
+    from .._build.bundled import library_path
+
+    lib = _handle(str(library_path()))
+    return {"held": int(lib.aot_ops_programs_held()), "alive": int(lib.aot_ops_programs_alive()),
+            "entries": int(lib.aot_ops_program_entries()), "parses": int(lib.aot_ops_program_parses())}
+
+
 def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
                       allow_factories: bool = False) -> tuple[str, bool]:
     """(why the generic ATen entry refuses this call, "" when it runs it; whether its inputs' dtypes can still

@@ -36,6 +36,12 @@ _PROTOTYPES = {
     # the program entry (kernels/aten/generic/program.cpp)
     "aot_ops_program_launches": (_c_int64, []),
     "aot_ops_program_nanoseconds": (_c_int64, []),
+    "aot_ops_program_hold": (_c_int64, [_c_char_p]),
+    "aot_ops_program_release": (_c_int64, [_c_char_p]),
+    "aot_ops_programs_held": (_c_int64, []),
+    "aot_ops_programs_alive": (_c_int64, []),
+    "aot_ops_program_entries": (_c_int64, []),
+    "aot_ops_program_parses": (_c_int64, []),
     # the Ascend C runtime (kernels/ascendc/aot)
     "ascendc_path_count": (_c_int64, [_c_char_p, _c_char_p]),
     "ascendc_emulator_configure": (_c_int, [_c_char_p, _c_int64]),

@@ -4,11 +4,17 @@ Each node is encoded exactly as `aten.op` encodes one call for the generic AtenO
 _aten.encode), under the prefix n<k>_, plus the slots its tensor inputs come from. The nodes' attributes travel
 packed in one string attribute (_core/packed_attrs.py: MindSpore converts each attribute on every PyNative call). The
 program is parsed once by the kernel, and executed there through the c10 dispatcher with no Python.
+
+Each Program object holds its key in the bundled library (program.cpp, ProgramRegistry): the kernel's parse (and
+a compiled program's loaded package) stays while the object lives, however often MindSpore creates and destroys
+the kernels calling it, and is freed once the last Program object of that key is collected (and no kernel uses it
+any more). A ported cell keeps its Program objects, so a dropped cell takes its programs with it.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import torch
@@ -29,6 +35,12 @@ class Program:
     attrs: dict[str, Any]
     num_inputs: int
     out_dtypes: list[torch.dtype]
+    _hold: KeyHold | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        key = self.attrs.get("program_key")
+        if key is not None:
+            self._hold = KeyHold(key)
 
     @property
     def num_outputs(self) -> int:
@@ -41,6 +53,27 @@ class Program:
     @property
     def symbol(self) -> str:
         return "AtenProgram" if self.num_outputs == 1 else "AtenProgramMulti"
+
+
+class KeyHold:
+    """Holds one program key in the bundled library while alive (the kernel keeps that program parsed); released
+    when collected. A copy (copy, deepcopy, pickle) holds the key again."""
+
+    __slots__ = ("key", "__weakref__")
+
+    def __init__(self, key: str):
+        from .._build.bundled import library_path
+        from .._native.opener import open_library
+
+        self.key = key
+        lib = open_library(library_path())  # the copy MindSpore loads (dlopen of one path gives one copy)
+        encoded = key.encode()
+        lib.aot_ops_program_hold(encoded)
+        # Not at exit: the library outlives the interpreter's shutdown, and nothing needs freeing then.
+        weakref.finalize(self, lib.aot_ops_program_release, encoded).atexit = False
+
+    def __reduce__(self):
+        return KeyHold, (self.key,)
 
 
 # A view's stride check follows the strides each kernel gives its results, and torch's tracing (fake tensors, whose

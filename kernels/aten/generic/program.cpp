@@ -5,7 +5,8 @@
 //
 // Attributes (aot_ops/_port/program.py writes them):
 //   program_name         str        what errors are named after ("Net forward (training)")
-//   program_key          str        a digest of the program: equal keys are equal programs (parsed once per process)
+//   program_key          str        a digest of the program: equal keys are equal programs (parsed once while
+//                                   in use; see ProgramRegistry: who owns a program)
 //   program_num_inputs   int        the tensors MindSpore passes as inputs
 //   program_num_nodes    int
 //   program_outputs      int list   the slot of each output
@@ -219,27 +220,126 @@ struct Program {
   }
 };
 
-// The kernel's state: the parsed program, shared by every kernel of equal program_key. PyNative may initialise a
-// kernel per call; parsing a program (a dispatcher lookup per node) once per process keeps that cheap.
+// Who owns a program. A parsed Program (with its loaded AOTInductor package, if any) is owned by shared_ptrs
+// only, and freed when the last goes:
+// - each kernel's state (ProgramRef): the one MindSpore keeps in its kernel data from the Init hook, or the one a
+//   launch without kernel data builds for itself (launch_state's `local`);
+// - the registry below, strongly, while the program's key is held: aot_ops/_port/program.py holds the key of every
+//   Program object it makes (aot_ops_program_hold) and releases it when that object is collected
+//   (aot_ops_program_release). A ported cell keeps its Program objects, so its programs are parsed once and stay
+//   parsed while it lives, even where PyNative initialises and destroys a kernel per call; the last cell of a
+//   program going frees it (or the last kernel still using it, after).
+// The registry also keeps a weak reference per key, so kernels of a key nobody holds (a C caller, a kernel that
+// outlives its cell) share one parse while any of them lives; nothing is kept after. An entry is erased when its
+// key is neither held nor alive, so the map holds only what is in use.
+class ProgramRegistry {
+ public:
+  // The program of `attrs` (program_key): the live one of that key, or parsed now.
+  std::shared_ptr<const Program> get(const ms_ext::Attrs &attrs) {
+    const std::string key = attrs.get<std::string>("program_key");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = entries_.find(key);
+      if (found != entries_.end())
+        if (std::shared_ptr<const Program> live = found->second.weak.lock()) return live;
+    }
+    // Parsed outside the lock (a package loads for a while); two threads parsing one key at once keep the first.
+    std::shared_ptr<const Program> fresh(new Program(attrs), Forget{this, key});
+    parses_.fetch_add(1, std::memory_order_relaxed);
+    std::shared_ptr<const Program> unused;  // a duplicate parse, freed after the lock is let go
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry &entry = entries_[key];
+    if (std::shared_ptr<const Program> live = entry.weak.lock()) {
+      unused = std::move(fresh);
+      return live;
+    }
+    entry.weak = fresh;
+    if (entry.holds > 0) entry.strong = fresh;
+    return fresh;
+  }
+
+  // Keeps the program of `key` once parsed (and while parsed now) until as many releases: the holds so far.
+  int64_t hold(const std::string &key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry &entry = entries_[key];
+    if (!entry.strong) entry.strong = entry.weak.lock();
+    return ++entry.holds;
+  }
+
+  // One hold of `key` fewer: the holds left, or -1 when the key was not held (nothing changes).
+  int64_t release(const std::string &key) {
+    std::shared_ptr<const Program> last;  // dropped after the lock is let go: its deleter takes the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = entries_.find(key);
+    if (found == entries_.end() || found->second.holds == 0) return -1;
+    Entry &entry = found->second;
+    const int64_t left = --entry.holds;
+    if (left == 0) {
+      last = std::move(entry.strong);
+      entry.strong.reset();
+      if (!last && entry.weak.expired()) entries_.erase(found);  // otherwise the program's deleter erases it
+    }
+    return left;
+  }
+
+  int64_t held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t n = 0;
+    for (const auto &kv : entries_) n += kv.second.holds > 0;
+    return n;
+  }
+
+  int64_t alive() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t n = 0;
+    for (const auto &kv : entries_) n += !kv.second.weak.expired();
+    return n;
+  }
+
+  int64_t entries() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(entries_.size());
+  }
+
+  int64_t parses() const { return parses_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Entry {
+    int64_t holds = 0;
+    std::shared_ptr<const Program> strong;  // while held and parsed
+    std::weak_ptr<const Program> weak;      // the live parse, if any
+  };
+
+  // The deleter of a parsed program: frees it, then its entry if nothing holds the key or lives for it any more.
+  struct Forget {
+    ProgramRegistry *registry;
+    std::string key;
+    void operator()(const Program *program) const {
+      delete program;
+      std::lock_guard<std::mutex> lock(registry->mutex_);
+      auto found = registry->entries_.find(key);
+      if (found != registry->entries_.end() && found->second.holds == 0 && found->second.weak.expired())
+        registry->entries_.erase(found);
+    }
+  };
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::atomic<int64_t> parses_{0};
+};
+
+// Never destroyed: MindSpore may destroy kernels (and their programs) after static destructors ran at exit.
+ProgramRegistry &registry() {
+  static ProgramRegistry *const instance = new ProgramRegistry();
+  return *instance;
+}
+
+// The kernel's state: its program, shared with every kernel of equal program_key (see ProgramRegistry: parsed
+// once while a cell holds it).
 struct ProgramRef {
   std::shared_ptr<const Program> program;
 
-  explicit ProgramRef(const ms_ext::Attrs &attrs) {
-    static std::mutex mutex;
-    static std::unordered_map<std::string, std::shared_ptr<const Program>> parsed;
-    const std::string key = attrs.get<std::string>("program_key");
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto found = parsed.find(key);
-      if (found != parsed.end()) {
-        program = found->second;
-        return;
-      }
-    }
-    auto fresh = std::make_shared<const Program>(attrs);  // parsed outside the lock; a race parses twice
-    std::lock_guard<std::mutex> lock(mutex);
-    program = parsed.emplace(key, std::move(fresh)).first->second;
-  }
+  explicit ProgramRef(const ms_ext::Attrs &attrs) : program(registry().get(attrs)) {}
 };
 
 std::atomic<int64_t> g_program_launches{0};
@@ -305,6 +405,33 @@ extern "C" MS_EXT_EXPORT int64_t aot_ops_program_launches(void) {
 extern "C" MS_EXT_EXPORT int64_t aot_ops_program_nanoseconds(void) {
   return g_program_nanoseconds.load(std::memory_order_relaxed);
 }
+
+// Ownership of parsed programs (ProgramRegistry above). Hold and release return the key's holds left (release: -1
+// when it was not held); they never throw.
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_hold(const char *key) {
+  if (key == nullptr) return -1;
+  try {
+    return registry().hold(key);
+  } catch (...) {
+    return -1;
+  }
+}
+
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_release(const char *key) {
+  if (key == nullptr) return -1;
+  try {
+    return registry().release(key);
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Keys held (by live Program objects), parsed programs alive (held or used by a kernel), registry entries (keys
+// held or alive), and parses so far.
+extern "C" MS_EXT_EXPORT int64_t aot_ops_programs_held(void) { return registry().held(); }
+extern "C" MS_EXT_EXPORT int64_t aot_ops_programs_alive(void) { return registry().alive(); }
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_entries(void) { return registry().entries(); }
+extern "C" MS_EXT_EXPORT int64_t aot_ops_program_parses(void) { return registry().parses(); }
 
 // AtenProgram (one output) and AtenProgramMulti (several) differ only in the C++ shape inference's return type.
 MS_EXT_RUNTIME_ARITY_ENTRY(AtenProgram, ProgramRef, program_launch)

@@ -3,6 +3,7 @@ MindSpore upgrade that changes one breaks this module, and the tests named besid
 """
 from __future__ import annotations
 
+import os
 import time
 
 from mindspore.graph.api import _pynative_executor
@@ -35,3 +36,23 @@ def has_hooks(cell) -> bool:
     """Whether hooks are registered on the Cell (register_forward_pre_hook, register_forward_hook,
     register_backward_hook), which a compiled graph entry would skip (tests/test_pynative_graph.py)."""
     return bool(cell._forward_pre_hook or cell._forward_hook or cell._backward_hook)
+
+
+def forget_jit_graphs(module: str, cell_id: int) -> int:
+    """Frees the graphs ms.jit compiled for a Cell that is being collected: the Cell of `cell_id` whose construct
+    is defined in `module`. MindSpore 2.10 keys them in `ms_compile_cache` by a phase naming the construct's
+    module, the Cell's creation time and id(cell), and never frees them when the Cell goes: each held the Cell's
+    Parameters (its weights) and its kernels for the rest of the process. Freed as ms.ms_memory_recycle() frees
+    every graph, for this Cell's phases only (every creation time of it, see recompile_on_next_call). The number
+    of graphs freed (tests/test_port_memory.py)."""
+    from mindspore._c_expression import JitExecutor_
+    from mindspore.graph.api import _cell_graph_executor, ms_compile_cache
+
+    marker, prefix = f".{cell_id}.", module + "."
+    phases = {phase for phase in ms_compile_cache if phase.startswith(prefix) and marker in phase}
+    if phases:
+        _cell_graph_executor.del_net_res(None, phases)
+        if os.getenv("MS_DEV_JIT_PIPELINE") != "0":
+            JitExecutor_.get_instance().del_net_res(None, phases)
+        ms_compile_cache.difference_update(phases)
+    return len(phases)

@@ -10,11 +10,19 @@ MindSpore keys a compiled graph on the Cell's `create_time` and `phase`. set_tra
 called on only (a parent's set_train changes `training` alone, and the flat twin is nobody's child), so the phase
 of the cell compiled is brought in step with `training` before every call: otherwise a call after a switch ran the
 graph compiled for the other mode. A new create_time (PortedCell._forget_compiled_graphs) compiles afresh.
+
+MindSpore frees the graphs it compiled for a Cell in GRAPH_MODE when the Cell goes (Cell.__del__), but not those
+ms.jit compiled for it: each kept the Cell's Parameters and kernels (a dropped 100 MB cell stayed in memory). A
+PyNativeGraph frees its target's when the target is collected.
 """
 from __future__ import annotations
 
+import weakref
+
 import mindspore as ms
 from mindspore import nn
+
+from .._core.mindspore_private import forget_jit_graphs
 
 _PHASES = {True: "train", False: "predict"}
 
@@ -36,6 +44,7 @@ class PyNativeGraph:
         # ms.jit of a Cell instance gives its construct, compiled on the first call for each input signature
         # (set_inputs on the cell makes it one graph for every size of a dynamic dimension).
         self._run = ms.jit(target)
+        weakref.finalize(target, forget_jit_graphs, type(target).construct.__module__, id(target)).atexit = False
 
     def __call__(self, args: tuple):
         cell = self._cell

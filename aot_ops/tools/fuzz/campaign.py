@@ -23,6 +23,22 @@ WORKERS = {"ops": "aot_ops.tools.fuzz.worker", "raw": "aot_ops.tools.fuzz.raw_wo
 
 RESULT = "FUZZ-RESULT "  # prefix of a worker's answer lines (anything else on stdout is ignored)
 
+
+def serve(run_case) -> None:
+    """A worker's side of the protocol: ready, then one answer line per case line read from stdin. A case that
+    raises is a bug of the fuzzer itself, answered as such (the worker goes on)."""
+    import traceback
+
+    print(RESULT + json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        case = json.loads(line)
+        try:
+            result = run_case(case)
+        except Exception:  # noqa: BLE001 - a bug in the fuzzer itself, reported as such
+            result = {"outcome": "fuzzer_error", "detail": traceback.format_exc()[-800:]}
+        result["id"] = case["id"]
+        print(RESULT + json.dumps(result), flush=True)
+
 # Outcomes that fail a campaign (worker.py describes them all).
 FAILURES = ("death", "wrong", "hang", "broken", "error_unnamed", "fuzzer_error")
 

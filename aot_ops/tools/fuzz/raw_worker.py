@@ -17,10 +17,7 @@ AOT_OPS_FUZZ_RAW_LIBRARIES=<folder> fuzzes the libaot_ops_*.so files in that fol
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import sys
-import traceback
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_void_p
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +31,7 @@ from aot_ops._core.dtypes import checked_ms_name
 from aot_ops._core.packed_attrs import pack
 from aot_ops._native.opener import last_error, open_library
 
-from .campaign import RESULT
+from .campaign import serve
 from .raw_cases import CAUSES, may_succeed
 
 LIBRARIES_ENV = "AOT_OPS_FUZZ_RAW_LIBRARIES"
@@ -354,15 +351,7 @@ def run_case(case: dict) -> dict:
 
 
 def main() -> None:
-    print(RESULT + json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        case = json.loads(line)
-        try:
-            result = run_case(case)
-        except Exception:  # noqa: BLE001 - a bug in the fuzzer itself, reported as such
-            result = {"outcome": "fuzzer_error", "detail": traceback.format_exc()[-800:]}
-        result["id"] = case["id"]
-        print(RESULT + json.dumps(result), flush=True)
+    serve(run_case)
 
 
 if __name__ == "__main__":

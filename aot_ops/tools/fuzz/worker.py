@@ -16,9 +16,6 @@ return. Outcomes:
 """
 from __future__ import annotations
 
-import json
-import sys
-import traceback
 import warnings
 
 
@@ -44,7 +41,7 @@ from aot_ops import aten  # noqa: E402
 from aot_ops._core.convert import to_ms, to_torch  # noqa: E402
 
 from . import reference  # noqa: E402
-from .campaign import RESULT  # noqa: E402
+from .campaign import serve  # noqa: E402
 from .cases import KERNELS  # noqa: E402
 
 ms.set_device("CPU")
@@ -260,15 +257,7 @@ def run_case(case: dict) -> dict:
 
 
 def main() -> None:
-    print(RESULT + json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        case = json.loads(line)
-        try:
-            result = run_case(case)
-        except Exception:  # noqa: BLE001 - a bug in the fuzzer itself, reported as such
-            result = {"outcome": "fuzzer_error", "detail": traceback.format_exc()[-800:]}
-        result["id"] = case["id"]
-        print(RESULT + json.dumps(result), flush=True)
+    serve(run_case)
 
 
 if __name__ == "__main__":

@@ -56,10 +56,11 @@ case "$cmd" in
     ;;
   test)
     setup_env
-    # Test files are shared among worker processes, one per core up to 4 (AOT_OPS_TEST_WORKERS overrides; 0 runs
-    # in this process): a file's tests run in one worker, in order, so its module fixtures are made once.
+    # Groups of tests are shared among worker processes, one per core up to 4 (AOT_OPS_TEST_WORKERS overrides; 0
+    # runs in this process), longest first in the order tests/scheduling.py gives them (a group is a file, or one
+    # test function of a long file): --no-loadscope-reorder keeps that order instead of xdist's by test count.
     workers="${AOT_OPS_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
-    parallel=(-n "$workers" --dist loadfile)
+    parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
     if [ "${1:-}" = "--quick" ]; then  # the developer's loop: slow tests skipped, one dtype of each kind
       shift
       AOT_OPS_QUICK_TESTS=1 exec "$PY" -m pytest "${parallel[@]}" -m "not slow" "$@"

@@ -1,33 +1,28 @@
 """Shared fixtures: MindSpore on CPU, both execution modes, and torch <-> MindSpore conversion."""
-import mindspore as ms
-import pytest
+# Before the support modules are imported: their asserts are rewritten (and counted on request) like the tests'.
+from assertion_count import (pytest_assertion_pass, pytest_configure, pytest_runtest_setup,  # noqa: F401
+                             pytest_sessionfinish)
 
-from support import MODE_IDS, MODES
+import os  # noqa: E402
+
+import filelock  # noqa: E402  (a dependency of torch)
+import mindspore as ms  # noqa: E402
+import pytest  # noqa: E402
+
+import scheduling  # noqa: E402
+from support import MODE_IDS, MODES  # noqa: E402
 
 ms.set_device("CPU")
 
-# Worker processes take whole files in collection order (--dist loadfile), so a long file collected last runs
-# alone at the end while the other workers idle. These files take minutes (building a wheel and a venv, nvcc,
-# the fuzz campaign, many exports, AOTInductor compiling); starting them first, longest first, lets the short
-# files fill in around them.
-LONG_FILES_FIRST = (
-    "test_compiled.py",
-    "test_wheel.py",
-    "test_cuda.py",
-    "test_zoo.py",
-    "test_fuzz.py",
-    "test_threads.py",
-    "test_conformance.py",
-    "test_transformers_use.py",
-    "test_data_parallel.py",
-    "test_examples.py",
-)
 
-
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
-    # sort is stable: files not listed keep their order, after the listed ones, and tests keep theirs in a file.
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    scheduling.assign_groups(items)
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's hook has applied them
+def pytest_collection_finish(session):
+    scheduling.check_groups_applied(session.config, session.items)
 
 
 @pytest.fixture(params=MODES, ids=MODE_IDS)
@@ -38,12 +33,28 @@ def mode(request):
     ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
+def made_once_per_run(tmp_path_factory, name: str, make) -> str:
+    """`make(folder)`'s result (a path, as text), made by the first worker process of this test run that needs it,
+    in a folder all of the run's workers see; the others wait for it and read it. pytest-xdist's recipe: the
+    workers' base temporary folders share a parent, private to the run."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / f"made-once-{name}"
+    with filelock.FileLock(f"{folder}.lock"):
+        done = folder / ".result"
+        if not done.is_file():
+            folder.mkdir(exist_ok=True)
+            done.write_text(make(folder))
+        return done.read_text()
+
+
 @pytest.fixture(scope="session")
 def user_library(tmp_path_factory):
-    """tests/kernels/user_ops.cpp built with `python -m aot_ops build` (once per test session)."""
+    """tests/kernels/user_ops.cpp built with `python -m aot_ops build` (once per test run, for every worker)."""
     from support import build_test_library
 
-    return build_test_library("user_ops.cpp", tmp_path_factory.mktemp("user_ops"))
+    return made_once_per_run(tmp_path_factory, "user_ops", lambda folder: build_test_library("user_ops.cpp", folder))
 
 
 @pytest.fixture
@@ -52,3 +63,22 @@ def aot_cache(tmp_path, monkeypatch):
     root = tmp_path / "aot_cache"
     monkeypatch.setenv("AOT_OPS_CACHE", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def shared_ports():
+    """Ported cells made once per worker and lent, reset to the test's module, to every test porting the same
+    network, shapes and options (tests/shared_ports.py)."""
+    from shared_ports import SharedPorts
+
+    return SharedPorts()
+
+
+@pytest.fixture
+def graph_compiles(monkeypatch):
+    """Every graph compilation MindSpore is asked for during the test (tests/graph_compiles.py)."""
+    from graph_compiles import GraphCompiles
+
+    recorder = GraphCompiles()
+    recorder.install(monkeypatch)
+    return recorder

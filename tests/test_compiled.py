@@ -29,14 +29,19 @@ from support import to_ms, to_torch
 from test_from_torch import TRAINED
 from torch_nets import ResNet, TransformerClassifier, WithLoss
 
-pytestmark = pytest.mark.slow  # each network's first port compiles for seconds to a minute
+# Each network's first port compiles for seconds to a minute; the tests are spread over the workers, a network's
+# two modes in one group (the second mode's test borrows the first one's compiled port).
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 
-def port_compiled(model, args, **kwargs):
-    """from_torch(fuse="compile"), failing the test if any graph fell back to its interpreted program."""
+def port_compiled(model, args, shared_ports=None, name=None):
+    """from_torch(fuse="compile"), failing the test if any graph fell back to its interpreted program; the port of
+    another test of the same network when `shared_ports` is given (the other mode's, which compiled it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", aot_ops.CompileFallbackWarning)
-        return aot_ops.from_torch(model, args, fuse="compile", **kwargs)
+        if shared_ports is not None:
+            return shared_ports.port(name, model, args, fuse="compile")
+        return aot_ops.from_torch(model, args, fuse="compile")
 
 
 def compiled_programs(cell) -> dict[str, bool]:
@@ -49,13 +54,14 @@ def compiled_programs(cell) -> dict[str, bool]:
     return found
 
 
-@pytest.mark.parametrize("make,shape", TRAINED, ids=[m.__name__ for m, _ in TRAINED])
-def test_compiled_training_matches_torch(make, shape, mode):
+@pytest.mark.parametrize("make,shape", [pytest.param(m, s, id=m.__name__, marks=pytest.mark.xdist_group(m.__name__))
+                                        for m, s in TRAINED])
+def test_compiled_training_matches_torch(make, shape, mode, shared_ports):
     torch.manual_seed(1)
     model = make()
     reference = WithLoss(copy.deepcopy(model))
     data = batches(shape)
-    cell = port_compiled(WithLoss(model), data[0])
+    cell = port_compiled(WithLoss(model), data[0], shared_ports, make.__name__)
     programs = compiled_programs(cell)
     training = "train" if "train.forward" in programs else "both"
     assert programs[f"{training}.forward"] and programs[f"{training}.backward"], programs
@@ -76,13 +82,13 @@ def test_compiled_training_matches_torch(make, shape, mode):
 
 @pytest.mark.parametrize("make,shape", [(ResNet, (2, 3, 16, 16)), (TransformerClassifier, (4, 6, 32))],
                          ids=["ResNet", "transformer"])
-def test_compiled_evaluation_forward_matches_torch(make, shape, mode):
+def test_compiled_evaluation_forward_matches_torch(make, shape, mode, shared_ports):
     torch.manual_seed(2)
     model = make()
     train_torch(WithLoss(model), batches(shape, count=2, seed=5))  # non-trivial running statistics
     model.eval()
     x = torch.randn(*shape)
-    cell = port_compiled(model, (x,))
+    cell = port_compiled(model, (x,), shared_ports, make.__name__)
     programs = compiled_programs(cell)
     evaluation = "eval" if "eval.inference" in programs else "both"
     assert programs[f"{evaluation}.inference"], programs
@@ -201,12 +207,12 @@ def test_dynamic_shapes_are_refused_with_advice():
         aot_ops.from_torch(SmallNet(), (x,), fuse="fast")
 
 
-def test_a_compiled_program_refuses_inputs_it_was_not_compiled_for(mode):
+def test_a_compiled_program_refuses_inputs_it_was_not_compiled_for(mode, shared_ports):
     """The generated code indexes its inputs with the compiled sizes: another shape or dtype reaching the
     program operator directly is refused by name, never read out of bounds, and the next call works."""
     torch.manual_seed(4)
     model, x = SmallNet().eval(), torch.randn(5, 7)
-    cell = port_compiled(model, (x,))
+    cell = port_compiled(model, (x,), shared_ports, "SmallNet")
     (programs,) = cell.mode_programs.values()
     operator = program_operator(programs.program("inference"))
     inputs = programs.fused.inference_inputs

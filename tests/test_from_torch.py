@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import mindspore as ms
-import mindspore.common.api as ms_api
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,11 +21,14 @@ import aot_ops
 from aot_ops._port.program_inputs import ProgramInput
 from aot_ops._core import mindspore_private
 from aot_ops._core import primitive as _primitive
+from graph_compiles import GraphCompiles
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, GroupedAttentionNet, LookupNet,
                         LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT,
                         TinyViT, TokenNet, TransformerClassifier, WithLoss)
+
+pytestmark = pytest.mark.spread  # each test function a group of its own (tests/scheduling.py); ports are shared
 
 TRAINED = [
     (TransformerClassifier, (8, 6, 32)),
@@ -48,12 +50,12 @@ def fuse(request):
 
 
 @pytest.mark.parametrize("make,shape", TRAINED, ids=[m.__name__ for m, _ in TRAINED])
-def test_training_matches_torch(make, shape, mode, fuse):
+def test_training_matches_torch(make, shape, mode, fuse, shared_ports):
     torch.manual_seed(1)
     model = make()
     reference = WithLoss(copy.deepcopy(model))
     data = batches(shape)
-    cell = aot_ops.from_torch(WithLoss(model), data[0], fuse=fuse)
+    cell = shared_ports.port(make.__name__, WithLoss(model), data[0], fuse=fuse)
     losses = train_mindspore(cell, data)
     expected = train_torch(reference, data)
     for ours, theirs in zip(losses, expected):
@@ -62,24 +64,24 @@ def test_training_matches_torch(make, shape, mode, fuse):
 
 
 @pytest.mark.parametrize("make,shape", [(ResNet, (2, 3, 16, 16)), (ConvNet, (4, 3, 8, 8))], ids=["ResNet", "ConvNet"])
-def test_evaluation_mode_forward_matches_torch(make, shape, mode, fuse):
+def test_evaluation_mode_forward_matches_torch(make, shape, mode, fuse, shared_ports):
     torch.manual_seed(2)
     model = make()
     train_torch(WithLoss(model), batches(shape, count=2, seed=5))  # non-trivial running statistics
     model.eval()
     x = torch.randn(*shape)
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    cell = shared_ports.port(make.__name__, model, (x,), fuse=fuse)
     assert not cell.training
     torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
     assert_state_close(cell, model)  # evaluation leaves the running statistics alone
 
 
-def test_evaluation_only_ports_the_evaluation_graph_alone(mode, fuse):
+def test_evaluation_only_ports_the_evaluation_graph_alone(mode, fuse, shared_ports):
     torch.manual_seed(2)
     model = ResNet()
     train_torch(WithLoss(model), batches((2, 3, 16, 16), count=2, seed=5))  # non-trivial running statistics
     x = torch.randn(2, 3, 16, 16)
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse, evaluation_only=True)  # the module is in training mode
+    cell = shared_ports.port("ResNet", model, (x,), fuse=fuse, evaluation_only=True)  # the module is in training mode
     assert not cell.training  # the cell starts in the only mode it has
     assert set(cell._spec.operator_counts) == {"eval"}
     if fuse:  # no AOTAutograd: the inference program alone
@@ -133,7 +135,7 @@ class _Autocast(nn.Module):
 
 
 @pytest.mark.parametrize("precision", ["bfloat16_weights", "autocast"])
-def test_half_precision_training_matches_torch(mode, fuse, precision):
+def test_half_precision_training_matches_torch(mode, fuse, precision, shared_ports):
     """Half precision trains as torch does: a bfloat16 model (gradients against torch's own backward: bit for bit
     fused; per node, where each operator's backward rounds on its own, within bfloat16's rounding), and float32
     master weights under torch.autocast (three SGD steps, weights compared)."""
@@ -143,7 +145,7 @@ def test_half_precision_training_matches_torch(mode, fuse, precision):
     if precision == "autocast":
         model = _Autocast(WithLoss(TransformerClassifier()))
         twin = copy.deepcopy(model)
-        cell = aot_ops.from_torch(model, data[0], fuse=fuse)
+        cell = shared_ports.port("TransformerClassifier", model, data[0], fuse=fuse)
         assert train_mindspore(cell, data) == pytest.approx(train_torch(twin, data), rel=1e-5 if exact else 1e-3)
         if exact:
             assert_state_close(cell, twin)
@@ -151,7 +153,7 @@ def test_half_precision_training_matches_torch(mode, fuse, precision):
         return
     model = WithLoss(TransformerClassifier()).to(torch.bfloat16)
     x, y = data[0][0].bfloat16(), data[0][1]
-    cell = aot_ops.from_torch(model, (x, y), fuse=fuse)
+    cell = shared_ports.port("TransformerClassifier", model, (x, y), fuse=fuse)
     loss, grads = ms.value_and_grad(cell, None, cell.trainable_params())(to_ms(x), to_ms(y))
     expected = model(x, y)
     expected.backward()
@@ -222,7 +224,7 @@ class _InPlaceNet(nn.Module):
 
 
 @pytest.mark.parametrize("view_written", [False, True], ids=["rewritten", "functionalised_by_torch"])
-def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written):
+def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written, shared_ports):
     from aot_ops._port.export import Inputs, export
     from aot_ops._port.functionalize import functionalize
 
@@ -236,7 +238,8 @@ def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written):
                        if isinstance(n.target, torch._ops.OpOverload))
         assert [s.target for s in program.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"] == \
             ["calls"]
-    cell = aot_ops.from_torch(copy.deepcopy(model), (x,), fuse=fuse, evaluation_only=True)
+    cell = shared_ports.port(f"_InPlaceNet({view_written})", copy.deepcopy(model), (x,), fuse=fuse,
+                             evaluation_only=True)
     with torch.no_grad():
         for _ in range(3):  # the counter advances on both sides
             torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x), rtol=1e-5, atol=1e-6)
@@ -244,12 +247,12 @@ def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written):
     assert export(model, Inputs((x,)), None, training=False, inference_only=True) is not None
 
 
-def test_fused_training_step_is_two_aot_calls(mode):
+def test_fused_training_step_is_two_aot_calls(mode, shared_ports):
     """fuse=True: a training step crosses MindSpore twice (the forward program and the backward program); the
     BatchNorm buffers are updated by Assign, not by aot calls."""
     torch.manual_seed(6)
     data = batches((4, 3, 8, 8), count=3)
-    cell = aot_ops.from_torch(WithLoss(ConvNet()), data[0], fuse=True)
+    cell = shared_ports.port("ConvNet", WithLoss(ConvNet()), data[0], fuse=True)
     train_mindspore(cell, data[:1])  # compiles (GRAPH_MODE) and initialises the kernels
     programs, per_node, seconds = aot_ops.program_launches(), aot_ops.aten_launches(), aot_ops.program_seconds()
     start = time.perf_counter()
@@ -260,7 +263,7 @@ def test_fused_training_step_is_two_aot_calls(mode):
     assert 0 < aot_ops.program_seconds() - seconds < elapsed  # the launches' own time, inside the steps'
 
 
-def test_a_training_step_compiled_as_one_graph_trains_like_torch(fuse):
+def test_a_training_step_compiled_as_one_graph_trains_like_torch(fuse, shared_ports):
     """GRAPH_MODE's idiom: forward, backward and the optimizer in one ms.jit function. BatchNorm's buffer updates
     (Assign) run inside it; fused, a step still crosses into aot twice."""
     torch.manual_seed(9)
@@ -269,7 +272,7 @@ def test_a_training_step_compiled_as_one_graph_trains_like_torch(fuse):
     data = batches((4, 3, 8, 8), count=4)
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
-        cell = aot_ops.from_torch(model, data[0], fuse=fuse)
+        cell = shared_ports.port("ConvNet", model, data[0], fuse=fuse)
         optimizer = msnn.SGD(cell.trainable_params(), learning_rate=LR)
         grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
 
@@ -293,7 +296,7 @@ def test_a_training_step_compiled_as_one_graph_trains_like_torch(fuse):
     assert_state_close(cell, reference)
 
 
-def test_fused_modes_agree_with_each_other_and_with_per_node():
+def test_fused_modes_agree_with_each_other_and_with_per_node(shared_ports):
     torch.manual_seed(7)
     model = TransformerClassifier()
     data = batches((8, 6, 32), count=3)
@@ -302,7 +305,7 @@ def test_fused_modes_agree_with_each_other_and_with_per_node():
         for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
             ms.set_context(mode=mode)
             try:
-                cell = aot_ops.from_torch(WithLoss(copy.deepcopy(model)), data[0], fuse=fuse)
+                cell = shared_ports.port("TransformerClassifier", WithLoss(copy.deepcopy(model)), data[0], fuse=fuse)
                 results[fuse, mode] = (train_mindspore(cell, data), cell.torch_state_dict())
             finally:
                 ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -314,13 +317,13 @@ def test_fused_modes_agree_with_each_other_and_with_per_node():
 
 
 @pytest.mark.parametrize("input_grads", [True, False], ids=["input_grads", "no_input_grads"])
-def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, input_grads):
+def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, input_grads, shared_ports):
     """input_grads=False: the input's gradient is zero (ops.stop_gradient) and the fused backward does not compute
     it; the parameters' gradients are torch's either way."""
     torch.manual_seed(8)
     model = WithLoss(ConvNet())
     x, target = batches((4, 3, 8, 8), count=1)[0]
-    cell = aot_ops.from_torch(copy.deepcopy(model), (x, target), fuse=fuse, input_grads=input_grads)
+    cell = shared_ports.port("ConvNet", copy.deepcopy(model), (x, target), fuse=fuse, input_grads=input_grads)
     params = cell.trainable_params()
     loss, (x_grad, grads) = ms.value_and_grad(cell, 0, params)(to_ms(x), to_ms(target))
     leaf = x.clone().requires_grad_()
@@ -340,14 +343,14 @@ def test_input_grads_false_makes_the_inputs_constants_of_autodiff(mode, fuse, in
         assert (fused.grads[x_position] is None) == (not input_grads)
 
 
-def test_fused_evaluation_runs_the_module_outputs_alone_and_still_differentiates(mode):
+def test_fused_evaluation_runs_the_module_outputs_alone_and_still_differentiates(mode, shared_ports):
     """In evaluation a fused cell runs the inference program: the exported graph alone, returning the module's
     outputs and nothing saved for a backward. A gradient asked in evaluation (an input's saliency) runs the
     forward program again, then the backward program, and equals torch's."""
     torch.manual_seed(13)
     model = TransformerClassifier().eval()
     x = torch.randn(4, 6, 32)
-    cell = aot_ops.from_torch(model, (x,), fuse=True)
+    cell = shared_ports.port("TransformerClassifier", model, (x,), fuse=True)
     (programs,) = cell.mode_programs.values()
     assert programs.program("inference").num_outputs == 1 < programs.program("forward").num_outputs
     programs = aot_ops.program_launches()
@@ -393,18 +396,19 @@ def test_calls_after_a_failed_step_work(mode, fuse):
             torch.testing.assert_close(to_torch(cell(to_ms(x), to_ms(index))), x[index] * 2)
 
 
-def test_dict_output_keeps_its_structure(mode, fuse):
+def test_dict_output_keeps_its_structure(mode, fuse, shared_ports):
     torch.manual_seed(3)
     model = DictMLP()
     x = torch.randn(4, 12)
-    out = aot_ops.from_torch(model, (x,), fuse=fuse)(to_ms(x))
+    out = shared_ports.port("DictMLP", model, (x,), fuse=fuse)(to_ms(x))
     expected = model(x)
     assert isinstance(out, dict) and list(out) == ["logits", "features"]
     for key in expected:
         torch.testing.assert_close(to_torch(out[key]), expected[key].detach(), rtol=1e-5, atol=1e-6)
     data = batches((4, 12))
     reference = WithLoss(copy.deepcopy(model), key="logits")
-    losses = train_mindspore(aot_ops.from_torch(WithLoss(model, key="logits"), data[0], fuse=fuse), data)
+    cell = shared_ports.port("DictMLP-logits", WithLoss(model, key="logits"), data[0], fuse=fuse)
+    losses = train_mindspore(cell, data)
     assert max(abs(a - b) / abs(b) for a, b in zip(losses, train_torch(reference, data))) < 1e-4
 
 
@@ -419,11 +423,11 @@ def test_tuple_output(fuse):
     torch.testing.assert_close(to_torch(out[1][1]), x.sum())
 
 
-def test_set_train_switches_between_the_graphs(mode, fuse):
+def test_set_train_switches_between_the_graphs(mode, fuse, shared_ports):
     torch.manual_seed(4)
     model = ConvNet()
     x = torch.randn(4, 3, 8, 8)
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    cell = shared_ports.port("ConvNet", model, (x,), fuse=fuse)
     assert cell.training  # the module was in training mode
     before = cell.torch_state_dict()["bn1.running_mean"].clone()
     train_out = to_torch(cell(to_ms(x)))
@@ -502,17 +506,13 @@ def compiles_of_every_batch_size(fuse: bool) -> list:
     """Ports a classifier with a dynamic batch, runs it and a training graph over it in GRAPH_MODE at batch sizes
     3, 8 and 5 (checking loss and gradient against torch each time) and returns, after each size, the graphs
     compiled so far, as (class name, MindSpore's phase key)."""
-    # MindSpore's graph executor says whether a call compiled a graph or reused one ((phase, True) when it compiled).
-    compiled_now = []
-    original = ms_api._CellGraphExecutor.compile
+    with pytest.MonkeyPatch.context() as patch:  # also run outside pytest, in a fresh process
+        compiles = GraphCompiles()
+        compiles.install(patch)
+        return _compile_every_batch_size(fuse, compiles)
 
-    def compile_and_record(executor, obj, *args, **kwargs):
-        answer = original(executor, obj, *args, **kwargs)
-        if isinstance(answer, tuple) and answer[1]:
-            compiled_now.append((type(obj).__name__, answer[0]))
-        return answer
 
-    ms_api._CellGraphExecutor.compile = compile_and_record
+def _compile_every_batch_size(fuse: bool, compiles: GraphCompiles) -> list:
     torch.manual_seed(6)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
@@ -532,10 +532,9 @@ def compiles_of_every_batch_size(fuse: bool) -> list:
             assert abs(float(loss_too.asnumpy()) - expected.item()) < 1e-5
             torch.testing.assert_close(to_torch(grads[0]), reference.model.encoder.self_attn.in_proj_weight.grad,
                                        rtol=1e-4, atol=1e-6)
-            compiled.append(list(compiled_now))
+            compiled.append([(c.owner, c.phase) for c in compiles.new() if c.kind == "graph"])
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        ms_api._CellGraphExecutor.compile = original
     x, target = batches((7, 6, 32), count=1)[0]
     assert abs(float(cell(to_ms(x), to_ms(target)).asnumpy()) - model(x, target).item()) < 1e-5
     return compiled
@@ -559,12 +558,13 @@ def test_dynamic_batch_runs_every_batch_size_in_one_graph():
         assert compiled[0] == compiled[-1], f"{fuse}: graphs compiled again for another batch size: {compiled}"
 
 
-def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse):
+def test_dynamic_batch_lstm_indexes_its_one_layer_state(mode, fuse, shared_ports):
     # The initial state is unbound over its size-1 layer dimension: a list of one tensor, which the per-node
     # operator gives as the tensor itself, also when MindSpore infers its shape in C++.
     torch.manual_seed(8)
     model = WithLoss(LSTMNet(learned_state=True))
-    cell = aot_ops.from_torch(model, batches((4, 7, 12), count=1)[0], dynamic_batch=True, fuse=fuse)
+    cell = shared_ports.port("LSTMNet(learned_state=True)", model, batches((4, 7, 12), count=1)[0],
+                             dynamic_batch=True, fuse=fuse)
     for batch in (3, 6):
         x, target = batches((batch, 7, 12), count=1, seed=batch)[0]
         expected = model(x, target).item()
@@ -598,31 +598,31 @@ def token_batch(batch, seed, vocab=30, length=6, classes=4):
     (TiedEmbeddingNet, lambda b, seed: batches((b, 7, 3), count=1, seed=seed)[0]),
     (TokenNet, token_batch),
 ], ids=["MaskedAttentionNet", "TiedEmbeddingNet", "TokenNet"])
-def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse):
+def test_dynamic_batch_gradients_match_torch(make, example, mode, fuse, shared_ports):
     torch.manual_seed(9)
     model = WithLoss(make())
-    cell = aot_ops.from_torch(model, example(4, 0), dynamic_batch=True, fuse=fuse)
+    cell = shared_ports.port(make.__name__, model, example(4, 0), dynamic_batch=True, fuse=fuse)
     assert_gradients_at_batch_sizes(cell, model, example, (3, 5))
 
 
-def test_integer_indexing_trains_with_a_dynamic_batch(mode, fuse):
+def test_integer_indexing_trains_with_a_dynamic_batch(mode, fuse, shared_ports):
     """aten::index with integer indices (a table's rows by token id, a bias table by a buffer of positions) has the
     indices' shape: bridged, forward and backward, with any batch size."""
     torch.manual_seed(11)
     model = WithLoss(LookupNet())
-    cell = aot_ops.from_torch(model, token_batch(4, 0), dynamic_batch=True, fuse=fuse)
+    cell = shared_ports.port("LookupNet", model, token_batch(4, 0), dynamic_batch=True, fuse=fuse)
     if not fuse:
         assert open(cell.source_file).read().count("aten.op('aten::index.Tensor'") == 2
     assert_gradients_at_batch_sizes(cell, model, token_batch, (3, 5))
 
 
-def test_attention_is_one_operator_with_its_mask_scale_and_grouped_heads(mode, fuse):
+def test_attention_is_one_operator_with_its_mask_scale_and_grouped_heads(mode, fuse, shared_ports):
     """scaled_dot_product_attention with dropout_p=0 draws nothing: bridged whole (not decomposed into matmuls and
     a softmax, whose strides differ from the kernel's), with a boolean mask, a scale and GQA, forward and backward."""
     torch.manual_seed(12)
     model = WithLoss(GroupedAttentionNet())
     data = batches((4, 6, 12), count=3)
-    cell = aot_ops.from_torch(WithLoss(copy.deepcopy(model.model)), data[0], fuse=fuse)
+    cell = shared_ports.port("GroupedAttentionNet", WithLoss(copy.deepcopy(model.model)), data[0], fuse=fuse)
     if not fuse:
         source = open(cell.source_file).read()
         assert "aten::scaled_dot_product_attention" in source and "aten::_softmax" not in source
@@ -635,14 +635,14 @@ def test_attention_is_one_operator_with_its_mask_scale_and_grouped_heads(mode, f
 
 @pytest.mark.parametrize("make,shape", [(LSTMNet, (4, 7, 12)), (MemoryNet, (4, 7, 12))],
                          ids=["LSTM-zero-state", "MemoryNet"])
-def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse):
+def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse, shared_ports):
     # A zero initial state sized by the batch (no tensor input), a parameter expanded to the batch: one program
     # reads every input's shape; an operator per node takes the input whose shape shows the batch along, for its
     # shape only (aten.op's shape_inputs).
     torch.manual_seed(10)
     model = WithLoss(make())
     example = batches(shape, count=1)[0]
-    cell = aot_ops.from_torch(model, example, dynamic_batch=True, fuse=fuse)
+    cell = shared_ports.port(make.__name__, model, example, dynamic_batch=True, fuse=fuse)
     if not fuse:
         assert "shape_inputs=1" in open(cell.source_file).read()
     assert_gradients_at_batch_sizes(cell, model, lambda b, seed: batches((b, *shape[1:]), count=1, seed=seed)[0],
@@ -703,7 +703,7 @@ def test_dropout_in_training_is_refused_with_what_to_do():
         cell.set_train(True)
 
 
-def test_no_grad_regions_pass_no_gradient(mode, fuse):
+def test_no_grad_regions_pass_no_gradient(mode, fuse, shared_ports):
     # torch.export marks a torch.no_grad() block as a region that run_decompositions inlines; MindSpore would
     # differentiate through it (twice torch's gradient here) unless its results are detached
     class Scaled(nn.Module):
@@ -720,13 +720,13 @@ def test_no_grad_regions_pass_no_gradient(mode, fuse):
     torch.manual_seed(14)
     model, x = Scaled(), torch.randn(3, 4)
     model(x).backward()
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    cell = shared_ports.port("test_no_grad_regions", model, (x,), fuse=fuse)
     grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))
     torch.testing.assert_close(to_torch(grads[0]), model.linear.weight.grad)
     torch.testing.assert_close(to_torch(grads[1]), model.linear.bias.grad)
 
 
-def test_a_buffer_used_then_reassigned_gives_torchs_gradient(mode, fuse):
+def test_a_buffer_used_then_reassigned_gives_torchs_gradient(mode, fuse, shared_ports):
     # the backward must see the buffer's value before the forward's update (the bprop read the updated one)
     class Decaying(nn.Module):
         def __init__(self):
@@ -742,7 +742,7 @@ def test_a_buffer_used_then_reassigned_gives_torchs_gradient(mode, fuse):
     torch.manual_seed(15)
     model, x = Decaying(), torch.randn(3, 4)
     reference = copy.deepcopy(model)
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    cell = shared_ports.port("test_a_buffer_used_then_reassigned", model, (x,), fuse=fuse)
     loss, grads = ms.value_and_grad(cell, None, cell.trainable_params())(to_ms(x))
     expected = reference(x)
     expected.backward()
@@ -751,7 +751,7 @@ def test_a_buffer_used_then_reassigned_gives_torchs_gradient(mode, fuse):
     torch.testing.assert_close(cell.torch_state_dict()["rate"], reference.rate)
 
 
-def test_parametrized_layers_train_like_torch(mode, fuse):
+def test_parametrized_layers_train_like_torch(mode, fuse, shared_ports):
     # weight_norm and spectral_norm: a ParametrizationList holds parameters beside numbered children, and
     # spectral_norm's power iteration (under no_grad) updates buffers. In float64 to 1e-9: differentiating the
     # power iteration showed in float32 only as a 1e-4 drift of its vectors, easy to take for rounding.
@@ -759,7 +759,7 @@ def test_parametrized_layers_train_like_torch(mode, fuse):
     model = WithLoss(NormalizedNet()).double()
     reference = copy.deepcopy(model)
     data = [(x.double(), target) for x, target in batches((4, 7, 12))]
-    cell = aot_ops.from_torch(model, data[0], fuse=fuse)
+    cell = shared_ports.port("NormalizedNet", model, data[0], fuse=fuse)
     params = cell.trainable_params()
     step = ms.value_and_grad(cell, None, params)
     losses = []
@@ -778,7 +778,7 @@ def test_parametrized_layers_train_like_torch(mode, fuse):
         torch.testing.assert_close(ours[key], value, rtol=1e-9, atol=1e-11, msg=key)
 
 
-def test_outputs_that_alias_inputs_or_each_other(mode, fuse):
+def test_outputs_that_alias_inputs_or_each_other(mode, fuse, shared_ports):
     # an input returned as it is, a view of a parameter, a view of another output, one tensor twice
     class Aliasing(nn.Module):
         def __init__(self):
@@ -791,7 +791,7 @@ def test_outputs_that_alias_inputs_or_each_other(mode, fuse):
 
     torch.manual_seed(12)
     model, x = Aliasing(), torch.randn(2, 4)
-    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    cell = shared_ports.port("test_outputs_that_alias", model, (x,), fuse=fuse)
     expected = model(x)
     outputs = cell(to_ms(x))
     assert len(outputs) == len(expected)
@@ -885,7 +885,7 @@ def test_non_tensor_arguments_are_refused():
         aot_ops.from_torch(ConcatNet(), (torch.randn(2, 12),), {"scale": object()})
 
 
-def test_fused_dynamic_batch_computes_sizes_no_node_input_shows(mode):
+def test_fused_dynamic_batch_computes_sizes_no_node_input_shows(mode, shared_ports):
     """The backward of a sum expands a 0-dim gradient to the batch size: that node reads the size from the program's
     inputs, since its own input has none."""
     class WeightedSum(nn.Module):
@@ -898,7 +898,8 @@ def test_fused_dynamic_batch_computes_sizes_no_node_input_shows(mode):
 
     torch.manual_seed(8)
     model = WeightedSum()
-    cell = aot_ops.from_torch(model, (torch.randn(4, 5),), dynamic_batch=True, fuse=True)
+    cell = shared_ports.port("test_fused_dynamic_batch_computes_sizes", model, (torch.randn(4, 5),), dynamic_batch=True,
+                             fuse=True)
     grad_fn = ms.grad(cell, grad_position=0, weights=cell.trainable_params())
     for batch in (2, 7):
         x = torch.randn(batch, 5, requires_grad=True)

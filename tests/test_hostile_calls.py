@@ -1,16 +1,17 @@
 """Primitives called wrongly, by aot_ops' operators or by hand: a clear error, never a crash or a silent write.
 
-Each case runs in a fresh process (a crash there fails the test instead of killing the suite) in both modes.
+Each case runs in both modes in a worker process (tests/hostile_worker.py), which runs the cases one after another
+while it lives: a crash kills the worker and fails that case's test instead of the suite, and the next case starts
+a new worker.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from aot_ops.tools.fuzz import campaign
 
 pytestmark = pytest.mark.slow  # each case in a fresh process
 
@@ -47,19 +48,33 @@ def report(fn):
 '''
 
 
-def run_script(script: str) -> subprocess.CompletedProcess:
-    """Runs a script from a real file (GRAPH_MODE compiles Cells from their source file)."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "case.py"
-        path.write_text(script)
-        return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=folder)
+_worker: list[campaign.Worker] = []  # the live worker, started by the first case that needs one
+
+
+def run_script(script: str) -> str:
+    """What the script printed, run in the worker; a death of the worker fails the test with its last words."""
+    if not _worker or not _worker[0].alive():
+        if _worker:
+            _worker.pop().stop()
+        _worker.append(campaign.Worker("hostile_worker", cwd=str(Path(__file__).parent)))
+        assert _worker[0].wait_ready(timeout=300), f"the worker did not start: {_worker[0].stderr_tail()}"
+    answer = _worker[0].run({"id": len(script), "script": script}, timeout=300)
+    assert answer["outcome"] == "ran", f"the process died or the script failed ({answer['outcome']}):\n" \
+                                       f"{answer['detail']}"
+    return answer["stdout"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_worker():
+    yield
+    while _worker:
+        _worker.pop().stop()
 
 
 def run_case(body: str, mode: int) -> str:
-    proc = run_script(PRELUDE.replace("MODE", str(mode)) + textwrap.dedent(body))
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stdout = run_script(PRELUDE.replace("MODE", str(mode)) + textwrap.dedent(body))
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT")]
+    assert lines, stdout[-2000:]
     return lines[-1]
 
 
@@ -131,8 +146,8 @@ def test_victim_input_is_untouched():
         report(lambda: op(t(2, 3), victim))
         print("VICTIM", victim.asnumpy().tolist())
     ''')
-    proc = run_script(script)
-    assert "VICTIM [-5.0, -5.0]" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stdout = run_script(script)
+    assert "VICTIM [-5.0, -5.0]" in stdout, stdout[-2000:]
 
 
 ATEN = '''

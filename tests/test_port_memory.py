@@ -53,6 +53,7 @@ def _measure(mode: str, weights: str) -> dict:
     return facts
 
 
+@pytest.mark.slow  # a fresh process porting a 384 MB model: 7-19 s
 @pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])
 def test_deleting_the_torch_module_after_a_port_frees_its_weights(mode):
     facts = _measure(mode, "copy")
@@ -61,6 +62,7 @@ def test_deleting_the_torch_module_after_a_port_frees_its_weights(mode):
     assert facts["held"] <= 1.45, facts  # the cell's weights and the port's fixed costs (~110 MB here)
 
 
+@pytest.mark.slow  # a fresh process porting a 384 MB model: 7-19 s
 @pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])
 def test_shared_weights_exist_once_during_and_after_the_port(mode):
     facts = _measure(mode, "share")

@@ -3,11 +3,9 @@ jit=True), and what works on a MindSpore Cell keeps working on it: training loop
 MindSpore's own training cells, checkpoints, MINDIR; aot_ops.train_step runs a whole step as one graph."""
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import mindspore as ms
-import mindspore.common.api as ms_api
 import numpy as np
 import pytest
 import torch
@@ -24,29 +22,6 @@ from torch_nets import ConvNet, TransformerClassifier, WithLoss
 @pytest.fixture(params=[False, True], ids=["per_node", "fused"])
 def fuse(request):
     return request.param
-
-
-@contextlib.contextmanager
-def counting_compiles():
-    """Yields a function giving how many graphs MindSpore compiled since the block began: ms.jit graphs (each new
-    phase enters MindSpore's process-wide set of compiled phases) and GRAPH_MODE Cells (the executor answers
-    (phase, True) when it compiled)."""
-    before = set(ms_api.ms_compile_cache)
-    graph_mode_compiles = []
-    executor = ms_api._CellGraphExecutor
-    original = executor.compile
-
-    def recording(self, obj, *args, **kwargs):
-        answer = original(self, obj, *args, **kwargs)
-        if isinstance(answer, tuple) and answer[1]:
-            graph_mode_compiles.append(answer[0])
-        return answer
-
-    executor.compile = recording
-    try:
-        yield lambda: len(set(ms_api.ms_compile_cache) - before) + len(graph_mode_compiles)
-    finally:
-        executor.compile = original
 
 
 class BatchNormDict(nn.Module):
@@ -69,7 +44,7 @@ class Parent(msnn.Cell):
         return self.child(x)
 
 
-def test_a_call_is_one_graph_compiled_once_per_mode(fuse):
+def test_a_call_is_one_graph_compiled_once_per_mode(fuse, graph_compiles):
     torch.manual_seed(0)
     model = ConvNet()
     x = torch.randn(4, 3, 8, 8) * 2 + 1
@@ -77,7 +52,7 @@ def test_a_call_is_one_graph_compiled_once_per_mode(fuse):
     assert cell.jit is True
     cell.set_train(False)
     model.eval()
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         for expected_compiles in (1, 1):
             torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
             assert compiles() == expected_compiles
@@ -110,7 +85,7 @@ def test_dict_outputs_follow_set_train_in_both_modes(mode):
     assert_state_close(cell, model)
 
 
-def test_a_plain_training_loop_trains_like_torch_with_one_compilation(fuse):
+def test_a_plain_training_loop_trains_like_torch_with_one_compilation(fuse, graph_compiles):
     torch.manual_seed(2)
     model = WithLoss(TransformerClassifier())
     data = batches((8, 6, 32), count=5)
@@ -118,7 +93,7 @@ def test_a_plain_training_loop_trains_like_torch_with_one_compilation(fuse):
     optimizer = msnn.SGD(cell.trainable_params(), learning_rate=LR)
     grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
     losses, counts = [], []
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         for x, target in data:
             loss, grads = grad_fn(to_ms(x), to_ms(target))
             optimizer(grads)
@@ -130,7 +105,7 @@ def test_a_plain_training_loop_trains_like_torch_with_one_compilation(fuse):
     assert_state_close(cell, model)
 
 
-def test_jit_false_runs_operator_by_operator_and_can_be_switched():
+def test_jit_false_runs_operator_by_operator_and_can_be_switched(graph_compiles):
     torch.manual_seed(3)
     model = WithLoss(TransformerClassifier())
     data = batches((8, 6, 32), count=3)
@@ -140,7 +115,7 @@ def test_jit_false_runs_operator_by_operator_and_can_be_switched():
     grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
     optimizer(grad_fn(to_ms(data[0][0]), to_ms(data[0][1]))[1])  # the optimizer's own graph, compiled once
     losses = []
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         for step, (x, target) in enumerate(data[1:]):
             if step == 1:
                 assert compiles() == 0
@@ -156,7 +131,7 @@ def test_jit_false_runs_operator_by_operator_and_can_be_switched():
         aot_ops.from_torch(model, data[0], jit="graph")
 
 
-def test_a_cell_with_hooks_runs_them():
+def test_a_cell_with_hooks_runs_them(graph_compiles):
     # Hooks run around construct in Cell.__call__, which a graph call would bypass: such a cell runs per call.
     torch.manual_seed(4)
     model = TransformerClassifier()
@@ -164,7 +139,7 @@ def test_a_cell_with_hooks_runs_them():
     cell = aot_ops.from_torch(model, (x,), fuse=True)
     seen = []
     handle = cell.register_forward_hook(lambda _cell, _inputs, output: seen.append(to_torch(output)))
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         out = cell(to_ms(x))
         assert compiles() == 0
     handle.remove()
@@ -172,14 +147,14 @@ def test_a_cell_with_hooks_runs_them():
     torch.testing.assert_close(to_torch(out), seen[0])
 
 
-def test_dynamic_batch_is_one_graph_for_every_size(fuse):
+def test_dynamic_batch_is_one_graph_for_every_size(fuse, graph_compiles):
     torch.manual_seed(5)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(model, batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=fuse)
     params = cell.trainable_params()
     grad_fn = ms.value_and_grad(cell, None, params)
     counts = []
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         for batch in (3, 8, 5):
             x, target = batches((batch, 6, 32), count=1, seed=batch)[0]
             loss = cell(to_ms(x), to_ms(target))
@@ -297,14 +272,14 @@ class LossAndLogits(nn.Module):
         return F.cross_entropy(logits, target), logits
 
 
-def test_train_step_is_one_graph_for_every_batch_size_of_a_dynamic_batch_cell(mode):
+def test_train_step_is_one_graph_for_every_batch_size_of_a_dynamic_batch_cell(mode, graph_compiles):
     torch.manual_seed(11)
     model = WithLoss(TransformerClassifier())
     cell = aot_ops.from_torch(copy.deepcopy(model), batches((4, 6, 32), count=1)[0], dynamic_batch=True, fuse=True)
     step = aot_ops.train_step(cell, msnn.SGD(cell.trainable_params(), learning_rate=LR))
     data = [batches((batch, 6, 32), count=1, seed=batch)[0] for batch in (3, 8, 5)]
     compiled = []
-    with counting_compiles() as compiles:
+    with graph_compiles.counting() as compiles:
         losses = []
         for x, target in data:
             losses.append(float(step(to_ms(x), to_ms(target)).asnumpy()))

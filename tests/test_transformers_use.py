@@ -12,7 +12,6 @@ import transformers
 
 import aot_ops
 from aot_ops.tools import zoo
-from mindspore.graph import api as graph_api
 from support import to_ms, to_torch
 
 
@@ -99,35 +98,19 @@ def ported_decoders():
 @pytest.mark.parametrize("fuse", [False, True], ids=["per_node", "fused"])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_greedy_decoding_gives_torchs_tokens_with_one_graph_for_every_length(name, fuse, mode, ported_decoders,
-                                                                            monkeypatch):
+                                                                            graph_compiles):
     model, cell = ported_decoders[name, fuse]
     ids, mask = left_padded_prompt()
-    compiled = []  # per call of the cell: whether MindSpore compiled a new graph for it
-    # GRAPH_MODE compiles the called Cell; PyNative (the ported cell's default jit=True) compiles it as an ms.jit
-    # graph, whose new phases enter ms_compile_cache.
-    executor = type(graph_api._cell_graph_executor)
-    original, original_jit = executor.compile, graph_api._JitExecutor.compile
-
-    def counting_compile(self, obj, *args, **kwargs):
-        phase, new = original(self, obj, *args, **kwargs)
-        compiled.append(new)
-        return phase, new
-
-    def counting_jit_compile(self, *args, **kwargs):
-        known = len(graph_api.ms_compile_cache)
-        phase = original_jit(self, *args, **kwargs)
-        compiled.append(len(graph_api.ms_compile_cache) > known)
-        return phase
-
-    monkeypatch.setattr(executor, "compile", counting_compile)
-    monkeypatch.setattr(graph_api._JitExecutor, "compile", counting_jit_compile)
+    mark = graph_compiles.count()
     tokens = aot_ops.generate(cell, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=16,
                               generation_config=model.generation_config)
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False)
     assert to_torch(tokens).tolist() == expected.tolist()
     assert len(set(to_torch(tokens)[0, 6:].tolist())) > 3, "the decoded tokens should not be one token repeated"
-    # one call per new token, at lengths 6 to 21, and one compilation
-    assert compiled == [True] + [False] * 15, "a graph was compiled again for another sequence length"
+    # one call per new token, at lengths 6 to 21, and one compilation (GRAPH_MODE compiles the called Cell;
+    # PyNative, the ported cell's default jit=True, compiles it as an ms.jit graph)
+    assert [c.new for c in graph_compiles.calls[mark:]] == [True] + [False] * 15, \
+        "a graph was compiled again for another sequence length"
 
 
 def test_unsupported_generate_options_are_refused_with_what_to_do(ported_decoders):

@@ -85,11 +85,12 @@ class Worker:
     """One worker process (`python -m aot_ops.tools.fuzz.worker`, or raw_worker); answers are read on a thread so
     a hang can time out."""
 
-    def __init__(self, module: str = WORKERS["ops"]):
+    def __init__(self, module: str = WORKERS["ops"], cwd: str | None = None):
+        """`cwd`: the folder the process starts in, where `python -m` looks for `module` first."""
         self.log = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, GLOG_v="3", PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env, cwd=cwd)
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 

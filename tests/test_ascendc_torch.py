@@ -20,6 +20,7 @@ def test_add_custom_eager_runs_the_kernel():
     assert rt.path_count("add_custom", "kernel") == 1
 
 
+@pytest.mark.slow  # Inductor compiles C++: 6-9 s
 def test_add_custom_under_torch_compile_with_inductor():
     x, y = sample((8, 512), torch.float16, 3), sample((8, 512), torch.float16, 4)
 

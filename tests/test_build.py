@@ -47,6 +47,7 @@ def test_library_failing_the_rtld_now_check_is_not_written(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # runs the compiler: 7 s
 def test_compile_error_shows_file_line_and_message(tmp_path):
     proc = aot_build(TEST_KERNELS / "syntax_error.cpp", "-o", tmp_path / "libbroken.so")
     assert proc.returncode == EXIT_BUILD_FAILED

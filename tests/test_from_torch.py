@@ -381,6 +381,7 @@ def test_fused_error_names_the_node_and_its_source_line(mode):
         torch.testing.assert_close(to_torch(cell(to_ms(x), to_ms(index))), x[index])
 
 
+@pytest.mark.slow  # each failure recompiles the graph: 6-7 s a case
 def test_calls_after_a_failed_step_work(mode, fuse):
     """MindSpore fails every later run of a graph in which a kernel failed; the ported cell recompiles instead."""
     class Indexing(nn.Module):

@@ -213,6 +213,7 @@ def test_non_tensor_arguments_keep_the_custom_paths_handling():
     torch.testing.assert_close(got, torch.nn.functional.leaky_relu(x))
 
 
+@pytest.mark.slow  # a fresh process: 6-7 s
 def test_switch_off_keeps_every_call_on_the_custom_path_with_the_same_values():
     code = textwrap.dedent("""
         import numpy as np, mindspore as ms, aot_ops

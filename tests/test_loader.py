@@ -92,6 +92,7 @@ def test_plain_kernels_do_not_link_torch(aot_cache):
     assert "NEEDED" in needed and "torch" not in needed and "c10" not in needed
 
 
+@pytest.mark.slow  # compiles a kernel library: 7 s
 def test_kernel_with_ms_ext_rules_needs_no_out_shape(aot_cache, tmp_path):
     """A torch kernel with shape and dtype rules becomes an AotOp (C++ inference, dynamic shapes)."""
     import mindspore as ms

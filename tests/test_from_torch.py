@@ -594,6 +594,7 @@ def token_batch(batch, seed, vocab=30, length=6, classes=4):
     return torch.randint(0, vocab, (batch, length), generator=gen), torch.randint(0, classes, (batch,), generator=gen)
 
 
+@pytest.mark.slow  # three networks at two batch sizes: 10-13 s in all
 @pytest.mark.parametrize("make,example", [
     (MaskedAttentionNet, lambda b, seed: batches((b, 7, 12), count=1, seed=seed)[0]),
     (TiedEmbeddingNet, lambda b, seed: batches((b, 7, 3), count=1, seed=seed)[0]),
@@ -634,6 +635,7 @@ def test_attention_is_one_operator_with_its_mask_scale_and_grouped_heads(mode, f
     assert_state_close(cell, model)
 
 
+@pytest.mark.slow  # two networks at two batch sizes: 8-10 s in all
 @pytest.mark.parametrize("make,shape", [(LSTMNet, (4, 7, 12)), (MemoryNet, (4, 7, 12))],
                          ids=["LSTM-zero-state", "MemoryNet"])
 def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse, shared_ports):

@@ -20,6 +20,8 @@ import sys
 
 import pytest
 
+from scheduling import without_group
+
 ENV = "AOT_OPS_COUNT_ASSERTS"
 # Helpers whose asserts are the tests' own checks: rewritten like the test files so their asserts count too.
 SUPPORT_MODULES = ("support", "port_support", "loader_support", "ascendc_support", "npu_support")
@@ -38,10 +40,7 @@ def pytest_configure(config):
 
 
 def pytest_runtest_setup(item):
-    nodeid = item.nodeid
-    if nodeid.rfind("@") > nodeid.rfind("]"):  # the xdist group suffix (--dist loadgroup) is not part of the id
-        nodeid = nodeid.rsplit("@", 1)[0]
-    _current[0] = nodeid
+    _current[0] = without_group(item.nodeid)  # xdist's group suffix is not part of the test's id
 
 
 def pytest_assertion_pass(item, lineno, orig, expl):

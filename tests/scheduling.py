@@ -34,11 +34,16 @@ DURATIONS = Path(__file__).with_name("durations.json")
 UNMEASURED_S = 1.0
 
 
+def without_group(nodeid: str) -> str:
+    """A node id without the group suffix ("@name") xdist's --dist loadgroup appends to it."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # as xdist tells a group suffix from an "@" in a parameter
+        return nodeid.rsplit("@", 1)[0]
+    return nodeid
+
+
 def test_key(nodeid: str) -> str:
     """"test_x.py::test_name[params]" for a node id, without its folder and its xdist group suffix."""
-    if nodeid.rfind("@") > nodeid.rfind("]"):  # as xdist tells a group suffix from an "@" in a parameter
-        nodeid = nodeid.rsplit("@", 1)[0]
-    path, _, name = nodeid.partition("::")
+    path, _, name = without_group(nodeid).partition("::")
     return f"{Path(path).name}::{name}"
 
 
@@ -83,8 +88,7 @@ def check_groups_applied(config, items: list[pytest.Item]) -> None:
     """In an xdist worker with --dist loadgroup, after xdist's own hook: the groups reached the node ids (xdist
     schedules by a suffix it appends to them). A pytest whose node ids xdist cannot change would otherwise leave
     every test a group of its own, silently: module fixtures made once per test's worker, the wheel built twice."""
-    if config.getoption("loadgroup", default=False) and items and items[0].nodeid.rfind("@") <= \
-            items[0].nodeid.rfind("]"):
+    if config.getoption("loadgroup", default=False) and items and without_group(items[0].nodeid) == items[0].nodeid:
         raise pytest.UsageError(f"pytest-xdist's --dist loadgroup did not mark {items[0].nodeid} with its group: "
                                 f"pytest {pytest.__version__} is not one this xdist can schedule (requirements.txt)")
 

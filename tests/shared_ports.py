@@ -34,7 +34,6 @@ def _dtypes(module: torch.nn.Module) -> tuple:
 class SharedPorts:
     def __init__(self):
         self._cells: dict[Hashable, Any] = {}
-        self.ports = 0  # how many ports were made (the rest were loans)
 
     def port(self, name: Hashable, module: torch.nn.Module, args=(), kwargs=None, **options):
         """`aot_ops.from_torch(module, args, kwargs, **options)`, or the cell an earlier call made for the same
@@ -47,7 +46,6 @@ class SharedPorts:
         if key not in self._cells:
             cell = aot_ops.from_torch(module, args, kwargs, **options)
             self._cells[key] = (cell, cell.training)
-            self.ports += 1
             return cell
         cell, training = self._cells[key]
         cell.load_torch_state_dict(module.state_dict())

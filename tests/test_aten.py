@@ -458,3 +458,16 @@ def test_the_torch_messages_the_bridge_reacts_to_are_still_worded_so():
     with pytest.raises(RuntimeError) as info:
         torch.ops.aten.native_batch_norm(x, w, b, running_mean, torch.ones(3), True, 0.1, 1e-5)
     assert not_differentiable + "running_mean'" in str(info.value)
+
+
+def test_every_argument_type_the_bridge_claims_is_read_back_by_the_kernel():
+    """A value of each schema type (optional or not) in real operators, encoded as a call is encoded and read by
+    the kernel's attribute reader: a `float[]?` once reached the kernel as a string it refused."""
+    from aot_ops.tools.conformance import check_argument_types
+
+    results = check_argument_types(per_type=2)
+    assert not [f"{r.type}: {r.failure}" for r in results if r.failure]
+    unsampled = {r.type for r in results if not r.operators}
+    assert unsampled <= {"List[float]", "Optional[List[Optional[Tensor]]]"}, unsampled  # no runnable operator
+    assert {"Optional[List[float]]", "Optional[float]", "List[int]", "Optional[str]", "number"} <= \
+        {r.type for r in results if r.operators}

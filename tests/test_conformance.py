@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from aot_ops._core import mindspore_private
 from aot_ops.tools import conformance
@@ -47,9 +48,12 @@ def test_ops_that_are_not_tensor_to_tensor_are_listed_out_of_scope(results, name
 
 def test_scope_is_judged_per_sample_by_behaviour(results):
     (opinfo,) = conformance.select_ops(["nn.functional.scaled_dot_product_attention"])
-    attention = conformance.check_op(opinfo, samples=3, graph=False)  # its third sample has dropout_p > 0
+    picked = conformance.pick_samples(list(opinfo.sample_inputs("cpu", torch.float32)), 4)
+    random = sum(s.kwargs.get("dropout_p", 0.0) > 0 for s in picked)
+    assert 1 <= random < len(picked)  # some with dropout_p > 0, some without
+    attention = conformance.check_op(opinfo, samples=4, graph=False)
     assert attention.in_scope and attention.forward_pynative and attention.gradient, attention.reason
-    assert attention.samples == 2 and attention.out_of_scope_samples == 1  # the random sample only is skipped
+    assert attention.samples == 4 - random and attention.out_of_scope_samples == random  # the random ones only
     indexing = results["__getitem__"]
     assert indexing.in_scope and "aten::index.Tensor" in indexing.aten_ops  # integer indices: sized by shapes
 
@@ -97,3 +101,18 @@ def test_a_gradient_failure_leaves_the_forward_passing(monkeypatch):
     assert result.reason == "gradient (sample 0): injected failure"
     # the failure inside the gradient's forward left MindSpore recording no later eager call (mindspore-notes.md)
     assert not mindspore_private.recording_gradients()
+
+
+# Upsampling by a scale factor: eager records upsample_*.default (`float?` scales), an exported graph keeps
+# upsample_*.vec (`float[]? scale_factors`), so these are also checked as ported networks.
+PORTED = ["nn.functional.interpolate." + mode for mode in ("nearest", "linear", "bilinear", "bicubic", "area")]
+
+
+@pytest.mark.parametrize("name", PORTED)
+def test_interpolate_by_size_and_by_scale_factor_ports_like_torch(name):
+    (opinfo,) = conformance.select_ops([name])
+    samples = conformance.pick_samples(list(opinfo.sample_inputs("cpu", torch.float32)), 2)
+    assert [s.kwargs.get("scale_factor") is not None for s in samples] == [False, True]  # both ways of calling
+    r = conformance.check_op(opinfo, samples=2, graph=False, ported=True)
+    assert r.in_scope and r.samples == 2, r.reason
+    assert r.forward_pynative and r.ported and r.gradient, r.reason

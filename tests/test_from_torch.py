@@ -26,7 +26,7 @@ from port_support import LR, assert_state_close, batches, train_mindspore, train
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, GroupedAttentionNet, LookupNet,
                         LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT,
-                        TinyViT, TokenNet, TransformerClassifier, WithLoss)
+                        TinyViT, TokenNet, TransformerClassifier, UpsamplingDecoder, WithLoss)
 
 pytestmark = pytest.mark.spread  # each test function a group of its own (tests/scheduling.py); ports are shared
 
@@ -40,6 +40,7 @@ TRAINED = [
     (LSTMNet, (4, 7, 12)),
     (TinyViT, (2, 3, 8, 8)),
     (TinyGPT, (4, 6)),
+    (UpsamplingDecoder, (2, 3, 6, 6)),
 ]
 
 

@@ -289,6 +289,21 @@ class GroupedAttentionNet(nn.Module):
         return self.out(o.transpose(1, 2).reshape(b, s, -1).mean(1))
 
 
+class UpsamplingDecoder(nn.Module):
+    """A decoder that upsamples by scale factors, as U-Nets and VAEs do: F.interpolate(scale_factor=...) exports
+    as aten::upsample_*.vec, whose `float[]? scale_factors` travels as exact text."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.fc = nn.Linear(4, classes)
+
+    def forward(self, x):
+        x = F.interpolate(F.relu(self.conv1(x)), scale_factor=2.0, mode="nearest")
+        x = F.interpolate(self.conv2(x), scale_factor=1.5, mode="bilinear", align_corners=False)
+        return self.fc(x.mean((2, 3)))
+
+
 class WithLoss(nn.Module):
     """A model and its cross-entropy loss: what a training step differentiates."""
 

@@ -1,13 +1,22 @@
 """Conformance of the ATen bridge on PyTorch's own test suite (the OpInfo database).
 
-    python -m aot_ops conformance [--ops add,mul] [--samples 3] [--json report.json]
+    python -m aot_ops conformance [--ops add,mul] [--samples 3] [--ported] [--json report.json]
+    python -m aot_ops conformance --argument-types
 
 For every OpInfo (torch.testing._internal.common_methods_invocations.op_db) and its CPU float32 sample inputs:
 1. run the op in torch eager while a TorchDispatchMode records the ATen calls it makes;
 2. replay those calls through the bridge inside MindSpore (aot_ops.aten: the AtenOp entry point), in PyNative,
    and each call once more as a GRAPH_MODE cell;
 3. compare outputs with torch eager, and the gradient (MindSpore autodiff through the bridged operators' backward
-   kernels) with torch autograd.
+   kernels) with torch autograd;
+4. with --ported, also port each sample's call as a network (aot_ops.from_torch: torch.export, then the graph
+   reader), because export keeps operators that eager decomposes before a dispatch mode sees them
+   (F.interpolate(scale_factor=...) is upsample_nearest2d.vec with a `float[]?` argument in an exported graph,
+   upsample_nearest2d.default with `float?` ones in eager).
+The samples checked are the op's first ones, chosen so that every way of calling it among its samples (which
+non-tensor arguments are given, and their types) comes first: interpolate by size and by scale_factor.
+`--argument-types` checks the other way round, over the schemas: every argument type the bridge claims
+(aot_ops/_aten/argtypes.py), optional or not, encoded for real operators and read back by the kernel's own reader.
 Ops that are not tensor -> tensor (factories, random, data-dependent output sizes, non-tensor results) are listed
 as out of scope with the reason, judged per sample by behaviour, not by an operator's tags: a sample is random when
 two seeds give different results, and a call value-sized when it cannot run on fake tensors (shapes, no values). Factory calls inside an op (torch.zeros in a composite) are replayed as the
@@ -72,6 +81,7 @@ class OpResult:
     out_of_scope_samples: int = 0  # samples that are not tensor -> tensor (a random one among deterministic ones)
     forward_pynative: bool | None = None
     forward_graph: bool | None = None
+    ported: bool | None = None     # None: not asked (--ported), or no sample could be exported
     differentiable: bool = False   # OpInfo.supports_autograd
     gradient: bool | None = None   # None: not checked (not differentiable, or no float input/output)
     aten_ops: list[str] = field(default_factory=list)
@@ -314,7 +324,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
-def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) -> None:
+def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool, ported: bool = False) -> None:
     if any(t.layout != torch.strided for t in _tensors((sample.input, sample.args, sample.kwargs))):
         raise OutOfScope("sparse tensors")
     calls, out = record(opinfo.op, sample)
@@ -340,9 +350,49 @@ def check_sample(opinfo, sample, result: OpResult, graph: bool, gradient: bool) 
                 _close(to_torch(values[id(e)]), e)
             result.forward_graph = True
 
+    if ported:
+        with _stage("ported"):
+            _check_ported(opinfo, sample, result, torch_inputs, ms_inputs, expected)
+
     if gradient:
         with _stage("gradient"):
             _check_gradient(opinfo, sample, result, calls, torch_inputs, ms_inputs, expected)
+
+
+class _SampleCall(torch.nn.Module):
+    """The op called on one sample, with the sample's tensors as the module's inputs (its other arguments fixed),
+    as a network calls it."""
+
+    def __init__(self, op, sample, tensors: list[torch.Tensor]):
+        super().__init__()
+        self.op, self.sample, self.ids = op, sample, [id(t) for t in tensors]
+
+    def forward(self, *tensors):
+        by_id = dict(zip(self.ids, tensors))
+        swap = lambda v: by_id.get(id(v), v) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        s = self.sample
+        return self.op(tree_map(swap, s.input), *tree_map(swap, s.args), **tree_map(swap, s.kwargs))
+
+
+def _check_ported(opinfo, sample, result: OpResult, torch_inputs, ms_inputs, expected) -> None:
+    """The sample's call exported and ported (from_torch, per node); an op that torch.export itself cannot
+    trace leaves the stage unverified."""
+    from .. import from_torch
+
+    module = _SampleCall(opinfo.op, sample, torch_inputs)
+    detached = tuple(t.detach() for t in torch_inputs)
+    try:
+        torch.export.export(module, detached, strict=False)
+    except Exception:  # noqa: BLE001 - torch.export's own limits are not the bridge's
+        return
+    cell = from_torch(module, detached)
+    outputs = cell(*ms_inputs)
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    if len(outputs) != len(expected):
+        raise AssertionError(f"{len(outputs)} outputs, torch has {len(expected)}")
+    for o, e in zip(outputs, expected):
+        _close(to_torch(o), e.detach())
+    result.ported = True
 
 
 def _check_gradient(opinfo, sample, result: OpResult, calls, torch_inputs, ms_inputs, expected) -> None:
@@ -397,15 +447,33 @@ def _rebuild(sample, old: list[torch.Tensor], new: list[torch.Tensor]):
                         kwargs=tree_map(swap, sample.kwargs))
 
 
-def check_op(opinfo, samples: int, graph: bool) -> OpResult:
+def _call_pattern(sample) -> tuple:
+    """How a sample calls its op: the type of each non-tensor argument it gives (None: left out)."""
+    kind = lambda v: "tensor" if isinstance(v, torch.Tensor) else type(v).__name__  # noqa: E731
+    positional = tuple(kind(v) for v in sample.args)
+    named = tuple(sorted((k, kind(v)) for k, v in sample.kwargs.items()))
+    return positional, named
+
+
+def pick_samples(inputs: list, count: int) -> list:
+    """`count` samples, the first of each call pattern first (in the op's order), then the others in order."""
+    seen, firsts, rest = set(), [], []
+    for i, sample in enumerate(inputs):
+        pattern = _call_pattern(sample)
+        (rest if pattern in seen else firsts).append(i)
+        seen.add(pattern)
+    return [inputs[i] for i in sorted((firsts + rest)[:count])]
+
+
+def check_op(opinfo, samples: int, graph: bool, ported: bool = False) -> OpResult:
     result = OpResult(name=opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else ""))
     start = time.perf_counter()
     if torch.float32 not in opinfo.supported_dtypes("cpu"):
         result.in_scope, result.reason = False, "no float32 support on CPU"
         return result
     try:
-        inputs = list(opinfo.sample_inputs("cpu", torch.float32,
-                                           requires_grad=bool(opinfo.supports_autograd)))[:samples]
+        inputs = pick_samples(list(opinfo.sample_inputs("cpu", torch.float32,
+                                                        requires_grad=bool(opinfo.supports_autograd))), samples)
     except Exception as exc:  # noqa: BLE001 - an OpInfo that cannot make float32 samples
         result.in_scope, result.reason = False, f"no float32 samples ({type(exc).__name__})"
         return result
@@ -416,7 +484,8 @@ def check_op(opinfo, samples: int, graph: bool) -> OpResult:
     skipped = []  # why samples were out of scope: judged per sample (dropout with p = 0 is in scope, p > 0 is not)
     for k, sample in enumerate(inputs):
         try:
-            check_sample(opinfo, sample, result, graph=graph and result.samples == 0, gradient=gradient)
+            check_sample(opinfo, sample, result, graph=graph and result.samples == 0, gradient=gradient,
+                         ported=ported)
             result.samples += 1
         except SampleOutOfScope as exc:
             skipped.append(str(exc))
@@ -458,6 +527,95 @@ def select_ops(names: list[str] | None):
             f"{o.name}.{o.variant_test_name}" in wanted]
 
 
+# A value of each schema type the bridge claims (argtypes.ARG_TYPES), for check_argument_types; a str argument takes
+# its default (an operator's strings are its own: a reduction name, a rounding mode), so a str with no default is
+# not sampled.
+_TYPE_SAMPLES = {
+    "Tensor": lambda: torch.ones(2, 3), "List[Tensor]": lambda: [torch.ones(2, 3), torch.ones(2, 3)],
+    "List[Optional[Tensor]]": lambda: [None, torch.zeros(2, dtype=torch.long)],
+    "int": lambda: 1, "SymInt": lambda: 1, "List[int]": lambda: [1, 1], "List[SymInt]": lambda: [1, 1],
+    "float": lambda: 0.1, "List[float]": lambda: [0.1, 2.5], "bool": lambda: True, "List[bool]": lambda: [True],
+    "number": lambda: 0.1, "ScalarType": lambda: torch.float64, "Layout": lambda: torch.strided,
+    "Device": lambda: "cpu", "MemoryFormat": lambda: torch.contiguous_format, "str": None,
+}
+
+
+_STR_SAMPLES = {"rounding_mode": "floor"}  # optional strings whose default is None
+
+
+def _sample_value(arg, type_name: str):
+    """A value for the argument (its default for a str), or raises LookupError when there is none to give."""
+    sample = _TYPE_SAMPLES.get(type_name)
+    if sample is None:
+        if arg.name in _STR_SAMPLES:
+            return _STR_SAMPLES[arg.name]
+        if not arg.has_default_value() or arg.default_value is None:
+            raise LookupError(arg.name)
+        return arg.default_value
+    return sample()
+
+
+@dataclass
+class TypeResult:
+    type: str                 # the schema type, "Optional[...]" when the argument is optional
+    operators: list[str] = field(default_factory=list)  # where a value of it was encoded and read back
+    failure: str = ""         # the first refusal of a sampled call, naming operator and argument
+
+
+def check_argument_types(per_type: int = 3) -> list[TypeResult]:
+    """For every schema argument type the bridge claims, optional or not: a value of it (not None) in up to
+    `per_type` ATen operators that the kernel's policy runs, encoded as aot_ops encodes calls and read back by the
+    kernel's own attribute reader (aot_ops_aten_call_refusal reads the packed attributes every fused program and
+    every PyNative front call carries; MindSpore's own attributes are read by the same kinds). Types that no ATen
+    schema uses (SymInt reads as int in a schema) are left out; one that no operator could sample is reported
+    with no operators."""
+    from .._aten.argtypes import ARG_TYPES, real_type
+    from .._aten.encode import encode
+    from .._aten.schema import BoundCall, check_in_scope
+    from .._core.native_state import aten_refusal
+
+    results = {(name, optional): TypeResult(f"Optional[{name}]" if optional else name)
+               for name in ARG_TYPES for optional in (False, True)}
+    used = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::") or schema.is_mutable or not schema.returns:
+            continue
+        args = [a for a in schema.arguments if not a.is_out]
+        types = [real_type(a) for a in args]
+        used.update(types)
+        wanted = [(t, o) for t, o in types if (t, o) in results and len(results[t, o].operators) < per_type
+                  and not results[t, o].failure and t in _TYPE_SAMPLES]
+        if not wanted:
+            continue
+        qualified = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+        if aten_refusal(qualified):
+            continue
+        overload = getattr(getattr(torch.ops.aten, schema.name[6:]), schema.overload_name or "default", None)
+        try:
+            values = [_sample_value(a, t) if t in _TYPE_SAMPLES else a.default_value if a.has_default_value()
+                      else _missing(a) for a, (t, _) in zip(args, types)]
+        except LookupError:
+            continue
+        if overload is None:
+            continue
+        call = BoundCall(overload, tuple(values))
+        try:
+            attrs, _, _ = encode(call)
+            check_in_scope(call, attrs)
+            failure = ""
+        except (TypeError, ValueError) as exc:
+            failure = f"{qualified}: {exc}"
+        for key in set(wanted):
+            if failure:
+                results[key].failure = results[key].failure or failure
+            results[key].operators.append(qualified)
+    return [r for key, r in results.items() if key in used]
+
+
+def _missing(arg):
+    raise LookupError(arg.name)  # a type the table does not claim, with no default: the operator is not sampled
+
+
 def summarize(results: list[OpResult]) -> dict:
     in_scope = [r for r in results if r.in_scope]
     # A differentiable op whose forward already failed counts as a gradient failure too.
@@ -480,8 +638,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--samples", type=int, default=3, help="sample inputs per op (default 3)")
     parser.add_argument("--no-graph", action="store_true", help="skip the GRAPH_MODE forward check")
+    parser.add_argument("--ported", action="store_true", help="also port each sample as a network (from_torch)")
+    parser.add_argument("--argument-types", action="store_true",
+                        help="only check every schema argument type the bridge claims (no MindSpore run)")
     parser.add_argument("--json", default="conformance.json", help="where to write the report")
     args = parser.parse_args(argv)
+
+    if args.argument_types:
+        types = check_argument_types()
+        for t in types:
+            status = "FAIL" if t.failure else ("ok" if t.operators else "-")
+            print(f"{t.type:<36} {status:<4} {t.failure or ', '.join(t.operators)}")
+        return 1 if any(t.failure for t in types) else 0
 
     import mindspore as ms
 
@@ -491,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     print(f"{'op':<40} {'scope':<6} {'fwd':<4} {'graph':<5} {'grad':<4} note")
     for opinfo in ops:
-        r = check_op(opinfo, args.samples, graph=not args.no_graph)
+        r = check_op(opinfo, args.samples, graph=not args.no_graph, ported=args.ported)
         results.append(r)
         mark = lambda v: "-" if v is None else ("ok" if v else "FAIL")  # noqa: E731
         print(f"{r.name:<40} {'yes' if r.in_scope else 'no':<6} {mark(r.forward_pynative):<4} "

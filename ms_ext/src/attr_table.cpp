@@ -66,10 +66,15 @@ std::vector<std::vector<T>> parse_2d(const std::string &payload) {
 }
 
 // Whether an entry of kind `stored` reads as `wanted`: the same kind, or ints where floats are asked (Python's
-// numbers: a float argument given as 2, a float list written [1, 2]), or an empty list as any list.
+// numbers: a float argument given as 2, a float list written [1, 2]), or an empty list as any list, or text where a
+// float or a float list is asked. The last is the rule of MindSpore's own attributes (aot_extra_abi0.cpp,
+// holds_text): aot_ops sends doubles as their exact text because MindSpore keeps float attributes as float32, and
+// a table must read every attribute exactly as MindSpore's attributes read it (an ATen `float[]?` argument such as
+// upsample's scale_factors arrives here as text).
 bool readable_as(const ms_ext_attr_table::Entry &entry, ms_ext_attr_kind wanted) {
   const ms_ext_attr_kind stored = entry.kind;
   if (stored == wanted) return true;
+  if (stored == MS_EXT_ATTR_STR && (wanted == MS_EXT_ATTR_FLOAT || wanted == MS_EXT_ATTR_FLOAT_LIST)) return true;
   if (stored == MS_EXT_ATTR_INT && wanted == MS_EXT_ATTR_FLOAT) return true;
   if (stored == MS_EXT_ATTR_INT_LIST && wanted == MS_EXT_ATTR_FLOAT_LIST) return true;
   if (stored == MS_EXT_ATTR_INT_2D && wanted == MS_EXT_ATTR_FLOAT_2D) return true;

@@ -10,7 +10,7 @@ _torch_lib="$(python -c 'import os, torch; print(os.path.join(os.path.dirname(to
 if [ -n "$_torch_lib" ]; then
   export TORCH_LIB="$_torch_lib"
   export LD_LIBRARY_PATH="$_torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # Torch-facing code must use torch's C++ ABI flag (MindSpore's is 0, torch 2.13's is 1).
+  # Torch-facing code must use torch's C++ ABI flag (MindSpore's is 0, torch 2.14's is 1).
   export TORCH_CXX11_ABI="$(python -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')"
   export MS_EXT_INCLUDE="$_aot_root/ms_ext/include"
   echo "torch lib: $TORCH_LIB (on LD_LIBRARY_PATH); compile torch-facing code with -D_GLIBCXX_USE_CXX11_ABI=$TORCH_CXX11_ABI -I\$MS_EXT_INCLUDE"

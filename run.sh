@@ -17,7 +17,7 @@ pick_python() {
       echo "$candidate"; return 0
     fi
   done
-  echo "error: Python 3.11 is required (MindSpore 2.10 and torch 2.13 wheels are installed for it)" >&2
+  echo "error: Python 3.11 is required (MindSpore 2.10 and torch 2.14 wheels are installed for it)" >&2
   return 1
 }
 

@@ -4,7 +4,7 @@
     python -m build                           # an sdist and a wheel built from it
 
 --no-build-isolation matters for the editable install: an isolated build environment would install another copy
-of torch to compile against instead of using the pinned torch 2.13 already installed.
+of torch to compile against instead of using the pinned torch 2.14 already installed.
 """
 import os
 import shutil

@@ -9,6 +9,9 @@ Public surface:
         transformers models too); PortError names the torch node that cannot be ported
     aot_ops.train_step(loss_cell, optimizer)
         a training step (forward, backward, optimizer) as one compiled MindSpore graph, also in PyNative
+    aot_ops.from_torch_split(model) -> aot_ops.SplitPort
+        an evaluating network whose sizes depend on values (torchvision's detectors), ported graph by graph, torch
+        running the data-dependent steps between the graphs
     aot_ops.from_torch_lm(model, batch_size=..., max_length=...) -> aot_ops.PortedLM
         a transformers causal LM ported with its key/value cache (a static cache held as Parameters)
     aot_ops.generate(lm, input_ids, max_new_tokens=..., do_sample=..., streamer=...)
@@ -101,6 +104,8 @@ _LAZY = {
     "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
     "from_torch_lm": ("._port.kv_cache", "from_torch_lm"),
+    "from_torch_split": ("._port.split", "from_torch_split"),
+    "SplitPort": ("._port.split", "SplitPort"),
     "PortedLM": ("._port.kv_cache", "PortedLM"),
     "train_step": ("._core.train_step", "train_step"),
     "zoo": (".tools.zoo", None),

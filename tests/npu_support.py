@@ -14,7 +14,8 @@ import torch
 
 from aot_ops._build.lock import BuildLock
 
-TORCH_NPU_VERSION = torch.__version__.split("+")[0]  # torch-npu's release for a torch has the torch's version
+TORCH_NPU_VERSION = ".".join(torch.__version__.split("+")[0].split(".")[:2]) + ".0"  # torch-npu follows torch's minor
+# releases: torch-npu 2.14.0 is built for torch 2.14.x (there is no torch-npu 2.14.1)
 DOWNLOADS = Path(os.environ.get("AOT_OPS_TEST_DOWNLOADS", Path.home() / ".cache" / "aot_ops-test-downloads"))
 
 

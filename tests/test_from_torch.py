@@ -858,8 +858,40 @@ def test_data_dependent_shape_is_refused():
             return torch.nonzero(x).float().sum() * x
 
     with pytest.raises(aot_ops.PortError, match=r"aten::nonzero.*test_from_torch.py:\d+.*"
-                                                r"its output size depends on the input values"):
+                                                r"its output size depends on the input values.*from_torch_split"):
         aot_ops.from_torch(Nonzero(), (torch.randn(4),))
+
+
+class KeptRows(nn.Module):
+    """A feature extractor, the rows whose score is positive (a data-dependent count), a head on those rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.features, self.score, self.head = nn.Linear(6, 8), nn.Linear(8, 1), nn.Linear(8, 3)
+
+    def forward(self, x):
+        f = torch.relu(self.features(x))
+        kept = f[self.score(f).squeeze(1) > 0]
+        return self.head(kept).softmax(-1), kept.shape[0] * torch.ones(1)
+
+
+def test_a_network_with_a_data_dependent_size_is_split_and_evaluates_like_torch(mode):
+    torch.manual_seed(0)
+    model = KeptRows().eval()
+    port = aot_ops.from_torch_split(model)
+    for rows in (7, 7, 9):  # a second size ports its graphs again
+        x = torch.randn(rows, 6)
+        expected = model(x)
+        probabilities, count = port(to_ms(x))
+        assert int(count.asnumpy()[0]) == expected[1].item() == expected[0].shape[0] > 0
+        torch.testing.assert_close(to_torch(probabilities), expected[0].detach(), rtol=1e-6, atol=1e-7)
+    ported = [p for p in port.parts if p.cell is not None]
+    assert len(ported) >= 2 and {s for p in ported for s in p.input_shapes} >= {(7, 6), (9, 6)}  # before and after
+
+
+def test_a_split_port_evaluates_only():
+    with pytest.raises(aot_ops.PortError, match="KeptRows is in training mode.*module.eval"):
+        aot_ops.from_torch_split(KeptRows().train())
 
 
 def test_in_place_on_an_input_is_refused():

@@ -97,7 +97,7 @@ def nvcc_cflags(use_torch: bool) -> list[str]:
     whose only content (export macros) the C10_CUDA_NO_CMAKE_CONFIGURE_FILE switch lets c10 define itself."""
     from . import toolchain
 
-    flags = ["-std=c++17", "-O2", "-Xcompiler", "-fPIC", "-DMS_EXT_TARGET_CUDA", f"-I{toolchain.ms_ext_include_dir()}",
+    flags = ["-std=c++20", "-O2", "-Xcompiler", "-fPIC", "-DMS_EXT_TARGET_CUDA", f"-I{toolchain.ms_ext_include_dir()}",
              *arch_flags()]
     if use_torch:
         info = toolchain.torch_info()

@@ -54,8 +54,8 @@ def find_cann() -> Path | None:
 def why_not_buildable() -> str | None:
     """Why a library with NPU placement cannot be built and linked here, or None."""
     if find_torch_npu() is None:
-        return ("torch_npu is not installed (pip install torch-npu==<the torch version>; its wheel ships the "
-                "headers and libtorch_npu.so)")
+        return ("torch_npu is not installed (pip install torch-npu==<torch's minor release>.0, 2.14.0 for torch 2.14.1; "
+                "its wheel ships the headers and libtorch_npu.so)")
     if find_cann() is None:
         return ("the CANN toolkit is not found (no lib64/libascendcl.so under ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME "
                 f"or {_CANN_DEFAULT}): source <cann>/set_env.sh on the Ascend machine")

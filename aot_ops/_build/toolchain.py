@@ -52,7 +52,7 @@ class TorchInfo:
 def torch_info() -> TorchInfo:
     """Torch's headers, library folder and C++ ABI flag.
 
-    Torch-facing code must be compiled with torch's ABI flag (1 for the 2.13 wheels), never with MindSpore's (0):
+    Torch-facing code must be compiled with torch's ABI flag (1 for the 2.14 wheels), never with MindSpore's (0):
     a mismatch links lazily and then kills the process the first time a std::string crosses into libtorch.
     """
     import torch
@@ -104,7 +104,8 @@ def compiler_version(compiler: str) -> str:
     return out.splitlines()[0] if out else "unknown"
 
 
-COMMON_CFLAGS = ("-std=c++17", "-fPIC", "-O2", "-Wno-unused-parameter")
+# C++20: torch 2.14's headers use it (std::strong_ordering, requires-clauses); MindSpore's headers build with it too
+COMMON_CFLAGS = ("-std=c++20", "-fPIC", "-O2", "-Wno-unused-parameter")
 C_CFLAGS = ("-std=c11", "-fPIC", "-O2")
 
 

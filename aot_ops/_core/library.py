@@ -90,7 +90,7 @@ def load(name: str, sources: Sequence[PathLike] | PathLike, *, extra_cflags: Seq
          with_torch: bool | None = None, device: str = "cpu", verbose: bool = False) -> Library:
     """Compile `sources` into an aot library named `name` (or load it from the cache) and return it.
 
-    `.cpp`/`.cc` compile as C++17, `.c` as C, `.cu` with nvcc (TORCH_CUDA_ARCH_LIST chooses the GPUs). With
+    `.cpp`/`.cc` compile as C++20, `.c` as C, `.cu` with nvcc (TORCH_CUDA_ARCH_LIST chooses the GPUs). With
     `with_torch=None` the sources decide: torch is included and linked only if they include torch, ATen, c10 or
     an ms_ext header other than ms_ext/c_api.h. Compile, link and load-check failures raise `aot_ops.BuildError`
     showing the first errors with file and line; the full log stays on disk. `device="npu"` builds the entry

@@ -38,18 +38,27 @@ def has_hooks(cell) -> bool:
     return bool(cell._forward_pre_hook or cell._forward_hook or cell._backward_hook)
 
 
-def forget_jit_graphs(module: str, cell_id: int) -> int:
-    """Frees the graphs ms.jit compiled for a Cell that is being collected: the Cell of `cell_id` whose construct
-    is defined in `module`. MindSpore 2.10 keys them in `ms_compile_cache` by a phase naming the construct's
-    module, the Cell's creation time and id(cell), and never frees them when the Cell goes: each held the Cell's
-    Parameters (its weights) and its kernels for the rest of the process. Freed as ms.ms_memory_recycle() frees
-    every graph, for this Cell's phases only (every creation time of it, see recompile_on_next_call). The number
-    of graphs freed (tests/test_port_memory.py)."""
+def jit_phases(module: str, cell_id: int) -> set[str]:
+    """The graphs ms.jit compiled for the Cell of `cell_id` whose construct is defined in `module`. MindSpore 2.10
+    keys them in `ms_compile_cache` by a phase naming the construct's module, the Cell's creation time and
+    id(cell), and never frees them when the Cell goes: each held the Cell's Parameters (its weights) and its
+    kernels for the rest of the process. Every creation time of the Cell counts (see recompile_on_next_call).
+    Reads a Python set only: safe anywhere, a collector's callback included."""
+    from mindspore.graph.api import ms_compile_cache
+
+    marker, prefix = f".{cell_id}.", module + "."
+    return {phase for phase in list(ms_compile_cache) if phase.startswith(prefix) and marker in phase}
+
+
+def free_jit_phases(phases: set[str]) -> int:
+    """Frees those graphs, as ms.ms_memory_recycle() frees every graph; the number freed. It takes MindSpore's
+    graph executor, so it must not run where MindSpore may be waiting: not on one of its kernel threads (a Python
+    kernel's allocation that started a garbage collection ran it there, and the process hung), nor inside a call
+    (aot_ops/_port/graph_entry.py: CollectedGraphs decides when)."""
     from mindspore._c_expression import JitExecutor_
     from mindspore.graph.api import _cell_graph_executor, ms_compile_cache
 
-    marker, prefix = f".{cell_id}.", module + "."
-    phases = {phase for phase in ms_compile_cache if phase.startswith(prefix) and marker in phase}
+    phases = phases & ms_compile_cache
     if phases:
         _cell_graph_executor.del_net_res(None, phases)
         if os.getenv("MS_DEV_JIT_PIPELINE") != "0":

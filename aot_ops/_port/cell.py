@@ -27,7 +27,7 @@ from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
 from .call_inputs import bind_inputs, check_inputs
 from .errors import PortError
-from .graph_entry import PyNativeGraph, sync_phase
+from .graph_entry import COLLECTED_GRAPHS, PyNativeGraph, sync_phase
 from .mode_programs import ModePrograms
 from .modes import Mode
 from .module_tree import OperatorSet, add_parameter, build_module_cells, describe_counts
@@ -134,7 +134,7 @@ class PortedCell(nn.Cell):
         as_graph = graph_mode or self._runs_as_graph()
         spec = self._spec.out_spec
         flat_twin = self.__dict__.get("_flat_twin")
-        with CALL_LOCK:  # one thread at a time (see _core/primitive.py: CALL_LOCK)
+        with COLLECTED_GRAPHS.call(), CALL_LOCK:  # one thread at a time (see _core/primitive.py: CALL_LOCK)
             try:
                 if not graph_mode and as_graph:
                     result = self._pynative_graph()(args)

@@ -242,6 +242,10 @@ def _explained(what: str):
         text = str(exc).strip()
         if "transformers.cache_utils" in text:
             raise PortError(f"{what}: {CACHE_ADVICE}") from exc
+        if "data-dependent" in text.lower() or "DataDependent" in type(exc).__name__:
+            from .graph import SPLIT_ADVICE
+
+            raise PortError(f"{what}: {type(exc).__name__}: {text}{SPLIT_ADVICE}") from exc
         if type(exc).__name__ == "UnsupportedOperatorException":  # an operator with no fake kernel
             raise PortError(f"{what}: {text.splitlines()[0]} has no fake (meta) implementation, which torch.export "
                             "needs to trace it: register one with torch.library.register_fake") from exc

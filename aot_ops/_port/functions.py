@@ -276,7 +276,8 @@ def recorded_as_operators():
 
     def apply(cls, *args, **kwargs):
         if not is_users(cls):
-            return original.__func__(cls, *args, **kwargs)
+            # bound as torch binds it: a classmethod, or (torch 2.14) a C classmethod_descriptor
+            return original.__get__(None, cls)(*args, **kwargs)
         if kwargs:
             from .errors import PortError
             raise PortError(f"{cls.__qualname__}{where(cls)}: a torch.autograd.Function applied with keyword "

@@ -179,7 +179,7 @@ class _Reader:
                             "keep the computation in tensors")
         why = refusal(node)
         if why is not None:
-            hint = _HINTS.get(target, "")
+            hint = _HINTS.get(target, SPLIT_ADVICE if torch.Tag.dynamic_output_shape in target.tags else "")
             raise PortError(f"{describe(node)} cannot be bridged: {why}{hint}")
         if target in (torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default):
             self._identity(node)
@@ -301,6 +301,12 @@ class _Reader:
 _ATTENTION_DROPOUT = (". Set the attention dropout to 0 for training (dropout_p=0; "
                       "in a transformers config attention_dropout, attention_probs_dropout_prob or attn_pdrop), or use "
                       "the ported cell for evaluation only (cell.set_train(False))")
+# An output sized by values (nonzero, a boolean mask, torchvision's nms): the whole graph cannot be one MindSpore
+# graph, whose operators need their output shapes before they run; split at such operators, it can.
+SPLIT_ADVICE = (". To evaluate such a network (a detector, a mask-selecting head), port it with "
+                "aot_ops.from_torch_split(model): each graph between such operators becomes a cell, and torch runs "
+                "the operators whose sizes depend on values")
+
 _HINTS = {
     torch.ops.aten.native_dropout.default: ". Random numbers cannot match torch: set the dropout probability to 0 "
     "for training (for m in model.modules(): if isinstance(m, nn.Dropout): m.p = 0.0), or use the ported cell for "

@@ -51,7 +51,7 @@ def _first_line(cmd: list[str]) -> str | None:
 def check_python() -> Finding:
     version = ".".join(map(str, sys.version_info[:3]))
     if sys.version_info[:2] != (3, 11):
-        return Finding("Python", FAIL, f"{version}: aot_ops needs Python 3.11 (MindSpore 2.10 and torch 2.13 wheels "
+        return Finding("Python", FAIL, f"{version}: aot_ops needs Python 3.11 (MindSpore 2.10 and torch 2.14 wheels "
                                        "are installed for it)")
     return Finding("Python", OK, f"{version} ({sys.executable})")
 

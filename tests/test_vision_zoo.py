@@ -90,6 +90,7 @@ def test_a_detector_split_at_its_data_dependent_steps_detects_what_torch_detects
         mine = to_torch(ours[key])
         assert mine.shape == value.shape and mine.dtype == value.dtype, (key, mine.shape, value.shape)
         torch.testing.assert_close(mine, value, rtol=1e-5, atol=1e-5, msg=lambda m, k=key: f"{k}: {m}")
-    assert len([p for p in port.parts if p.cell is not None]) >= 4  # the network's graphs run in MindSpore
+    ported = [p for p in port.parts if p.cell is not None]
+    assert max(p.nodes for p in ported) >= 100  # the backbone and heads run in MindSpore, not only the glue
     if name == "maskrcnn":  # each mask pasted at its own box's size: past 8 sizes, torch pastes
         assert any("paste_mask_in_image" in code for code in port.in_torch), port.in_torch

@@ -103,7 +103,8 @@ class SplitPort:
         part.input_shapes = [tuple(example_inputs[i].shape) for i in inputs]
         part.cell = port(graph, tuple(example_inputs[i] for i in inputs), fuse=self.fuse, input_grads=False,
                          evaluation_only="a split port evaluates only")
-        return _on_mindspore(part.cell, inputs)
+        weights = {k: id(x) for k, x in enumerate(example_inputs) if k not in inputs}
+        return _on_mindspore(part.cell, inputs, weights)
 
     def _weights_as_attributes(self, graph: torch.fx.GraphModule, example_inputs: list) -> list[int]:
         """Dynamo passes the module's parameters and buffers to a graph as inputs; they become the graph's own
@@ -140,12 +141,17 @@ class SplitPort:
         return torch.utils._pytree.tree_map(lambda v: to_ms(v) if isinstance(v, torch.Tensor) else v, outputs)
 
 
-def _on_mindspore(cell, inputs: list[int]) -> Callable:
+def _on_mindspore(cell, inputs: list[int], weights: dict[int, int]) -> Callable:
     """What Dynamo calls in place of a graph: torch tensors in (those at positions `inputs` reach the cell; the
-    others are the weights it holds), torch tensors out, the cell between."""
+    others are the weights it holds, `weights`: position -> id of the tensor it was made with), torch tensors out,
+    the cell between."""
     from .._core.convert import ms_view, to_torch
 
     def run(*tensors):
+        if any(id(tensors[k]) != ident for k, ident in weights.items()):
+            raise PortError("from_torch_split: a graph ported with one module's weights was called with another's "
+                            "(Dynamo reused it for another instance of the same class): port each instance with "
+                            "its own from_torch_split")
         # Inputs: views of torch's memory, alive for the call. Outputs: copies, as MindSpore may give an output's
         # memory to a later call once its Tensor is gone (views of two calls' outputs were seen to overlap).
         outputs = cell(*(ms_view(tensors[i].detach().contiguous()) for i in inputs))
@@ -176,7 +182,11 @@ def _recompile_limit(limit: int, in_torch: list[str]):
     handler = _LimitsHit(in_torch)
     logger.addHandler(handler)
     try:
-        with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=False):
+        # inline_inbuilt_nn_modules=False: Dynamo then reads the modules' weights as attributes of the graph and
+        # guards on each module's identity, so a graph is never reused for another instance of the same class (its
+        # cell holds this instance's weights); with inlining, weights are graph inputs and instances share graphs.
+        with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=False,
+                                        inline_inbuilt_nn_modules=False):
             yield
     finally:
         logger.removeHandler(handler)

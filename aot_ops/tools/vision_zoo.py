@@ -95,8 +95,14 @@ def _segmentation_batch(size: int = IMAGE) -> dict:
 
 
 def _seeded(build: Callable[[], nn.Module]) -> nn.Module:
+    """The network built with seed 0, in evaluation mode, its dropout off: random numbers cannot match torch, so a
+    ported network trains with dropout probability 0 (docs/porting.md), and the zoo compares training."""
     torch.manual_seed(0)
-    return build().eval()
+    model = build().eval()
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    return model
 
 
 # ---- the networks, small ------------------------------------------------------------------------------------------
@@ -251,7 +257,7 @@ def _detectors() -> dict[str, Callable[[], nn.Module]]:
         "maskrcnn": lambda: D.MaskRCNN(_resnet18_fpn(), num_classes=CLASSES, **size),
         "keypointrcnn": lambda: D.KeypointRCNN(_resnet18_fpn(), num_classes=2, num_keypoints=5, **size),
         "retinanet": lambda: D.RetinaNet(_resnet18_fpn(True), num_classes=CLASSES, score_thresh=0.001, **size),
-        "fcos": lambda: D.FCOS(_resnet18_fpn(True), num_classes=CLASSES, **size),
+        "fcos": lambda: D.FCOS(_resnet18_fpn(True), num_classes=CLASSES, score_thresh=0.05, **size),
         "ssdlite": lambda: D.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=CLASSES,
                                                            score_thresh=0.001),
     }

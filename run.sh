@@ -33,7 +33,7 @@ setup_env() {
   local req_stamp="$VENV/.requirements.sha256"
   local req_hash; req_hash=$(fingerprint requirements.txt)
   if [ "$(cat "$req_stamp" 2>/dev/null)" != "$req_hash" ]; then
-    echo "== installing requirements (first time: about 1 GB of wheels)"
+    echo "== installing requirements (first time: about 8 GB, most of it torch 2.14's CUDA build)"
     "$PY" -m pip install --quiet --disable-pip-version-check -r requirements.txt
     echo "$req_hash" > "$req_stamp"
   fi

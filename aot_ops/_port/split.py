@@ -29,7 +29,7 @@ import copy
 import logging
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -47,23 +47,15 @@ class Part:
     why: str = ""              # why torch runs it (no cell)
 
 
-@dataclass
-class SplitStats:
-    parts: list[Part] = field(default_factory=list)
-
-    @property
-    def ported(self) -> list[Part]:
-        return [p for p in self.parts if p.cell is not None]
-
-
 class SplitPort:
     """A network ported graph by graph, with torch running the data-dependent steps between the graphs.
 
     `port(*inputs, **kwargs)`: MindSpore tensors (nested in lists, tuples and dicts as the module takes them) in,
     the module's outputs as MindSpore tensors, in the module's structure, out. `parts` lists every graph: the
-    ported ones with their cells, the others with why torch runs them."""
+    ported ones with their cells, the others with why torch runs them. The module stays referenced (torch runs its
+    Python), and each cell holds a copy of the weights its graph uses."""
 
-    def __init__(self, module: torch.nn.Module, *, fuse: bool | str = False, recompiles: int = 8):
+    def __init__(self, module: torch.nn.Module, *, fuse: bool = False, recompiles: int = 8):
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"from_torch_split: expected a torch.nn.Module, got {type(module).__name__}")
         if module.training:
@@ -74,14 +66,10 @@ class SplitPort:
             raise ValueError(f"from_torch_split: fuse={fuse!r}; give False (one aot call per node) or True (one per "
                              "graph)")
         self.module, self.fuse, self.recompiles = module, fuse, recompiles
-        self.stats = SplitStats()
+        self.parts: list[Part] = []
         self.in_torch: list[str] = []  # code run by torch past `recompiles` sizes: "'name' (file:line)"
         self._lock = threading.Lock()
         self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
-
-    @property
-    def parts(self) -> list[Part]:
-        return self.stats.parts
 
     def _backend(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from . import port
@@ -89,7 +77,7 @@ class SplitPort:
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         calls = sum(n.op in ("call_function", "call_method", "call_module") for n in graph.graph.nodes)
         part = Part(calls, [])
-        self.stats.parts.append(part)
+        self.parts.append(part)
         if len(tensors) != len(example_inputs):
             raise PortError("from_torch_split: a graph takes a Python number as input; only static sizes are split "
                             f"(got {[type(x).__name__ for x in example_inputs]})")
@@ -107,9 +95,10 @@ class SplitPort:
         return _on_mindspore(part.cell, inputs, weights)
 
     def _weights_as_attributes(self, graph: torch.fx.GraphModule, example_inputs: list) -> list[int]:
-        """Dynamo passes the module's parameters and buffers to a graph as inputs; they become the graph's own
-        (get_attr), so that the cell holds them as Parameters instead of taking hundreds of inputs per call.
-        Returns the positions of the inputs that stay inputs."""
+        """Where Dynamo passes the module's parameters and buffers to a graph as inputs (it inlines a module's
+        forward), they become the graph's own (get_attr), so that the cell holds them as Parameters instead of
+        taking hundreds of inputs per call (MindSpore's compiler refused a graph of 250 inputs: its checks nest
+        past the call-depth limit). Returns the positions of the inputs that stay inputs."""
         owners = {id(t): name for name, t in [*self.module.named_parameters(remove_duplicate=False),
                                                 *self.module.named_buffers(remove_duplicate=False)]}
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
@@ -192,7 +181,7 @@ def _recompile_limit(limit: int, in_torch: list[str]):
         logger.removeHandler(handler)
 
 
-def from_torch_split(module: torch.nn.Module, *, fuse: bool | str = False, recompiles: int = 8) -> SplitPort:
+def from_torch_split(module: torch.nn.Module, *, fuse: bool = False, recompiles: int = 8) -> SplitPort:
     """Ports an evaluating network whose sizes depend on values (detection models: torchvision's Faster, Mask and
     Keypoint R-CNN, RetinaNet, FCOS, SSD), graph by graph: TorchDynamo splits the network where a size becomes
     data-dependent, each graph becomes a from_torch cell (`fuse` as from_torch's), and torch runs the steps

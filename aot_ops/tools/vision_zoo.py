@@ -162,15 +162,15 @@ def _families() -> list[Family]:
             _torchvision("resnet18", num_classes=CLASSES)())), _image_batch()), chaotic=True,
             note="torchvision; chaotic (torch's float32 and float64 losses part at step 3)"),
         Family("tv_mobilenet_v3", "vision", lambda: (_seeded(lambda: Classifier(
-            _torchvision("mobilenet_v3_small", num_classes=CLASSES)())), _image_batch()), chaotic=True,
-            note="torchvision; hard-swish, squeeze-excitation; chaotic (batch norm of 1x1 maps: float32 and float64 "
-                 "part at the first loss)"),
+            _torchvision("mobilenet_v3_small", num_classes=CLASSES)())), _image_batch(IMAGE * 2)), chaotic=True,
+            note="torchvision; hard-swish, squeeze-excitation; 64 x 64; chaotic (float32 and float64 part within "
+                 "three steps)"),
         Family("tv_shufflenet_v2", "vision", lambda: (_seeded(lambda: Classifier(
             _torchvision("shufflenet_v2_x0_5", num_classes=CLASSES)())), _image_batch()), chaotic=True,
             note="torchvision; channel shuffle; chaotic (float32 and float64 part at step 2)"),
         Family("tv_lraspp", "segmentation", lambda: (_seeded(lambda: Segmenter(
             _torchvision("lraspp_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
-            _segmentation_batch()), note="torchvision; upsampled to the image's size"),
+            _segmentation_batch(IMAGE * 2)), note="torchvision; upsampled to the image's size"),
         Family("tv_deeplabv3", "segmentation", lambda: (_seeded(lambda: Segmenter(
             _torchvision("deeplabv3_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
             _segmentation_batch()), chaotic=True,

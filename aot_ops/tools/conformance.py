@@ -365,13 +365,11 @@ class _SampleCall(torch.nn.Module):
 
     def __init__(self, op, sample, tensors: list[torch.Tensor]):
         super().__init__()
-        self.op, self.sample, self.ids = op, sample, [id(t) for t in tensors]
+        self.op, self.sample, self.tensors = op, sample, tensors
 
     def forward(self, *tensors):
-        by_id = dict(zip(self.ids, tensors))
-        swap = lambda v: by_id.get(id(v), v) if isinstance(v, torch.Tensor) else v  # noqa: E731
-        s = self.sample
-        return self.op(tree_map(swap, s.input), *tree_map(swap, s.args), **tree_map(swap, s.kwargs))
+        s = _rebuild(self.sample, self.tensors, list(tensors))
+        return self.op(s.input, *s.args, **s.kwargs)
 
 
 def _check_ported(opinfo, sample, result: OpResult, torch_inputs, ms_inputs, expected) -> None:
@@ -544,15 +542,20 @@ _STR_SAMPLES = {"rounding_mode": "floor"}  # optional strings whose default is N
 
 
 def _sample_value(arg, type_name: str):
-    """A value for the argument (its default for a str), or raises LookupError when there is none to give."""
-    sample = _TYPE_SAMPLES.get(type_name)
-    if sample is None:
-        if arg.name in _STR_SAMPLES:
-            return _STR_SAMPLES[arg.name]
-        if not arg.has_default_value() or arg.default_value is None:
+    """A value for the argument, or raises LookupError when there is none to give: a sample of a claimed type (a
+    str's default, not None), the default (None included) of a type the table does not claim."""
+    if type_name not in _TYPE_SAMPLES:
+        if not arg.has_default_value():
             raise LookupError(arg.name)
         return arg.default_value
-    return sample()
+    make = _TYPE_SAMPLES[type_name]
+    if make is not None:
+        return make()
+    if arg.name in _STR_SAMPLES:
+        return _STR_SAMPLES[arg.name]
+    if not arg.has_default_value() or arg.default_value is None:
+        raise LookupError(arg.name)
+    return arg.default_value
 
 
 @dataclass
@@ -592,8 +595,7 @@ def check_argument_types(per_type: int = 3) -> list[TypeResult]:
             continue
         overload = getattr(getattr(torch.ops.aten, schema.name[6:]), schema.overload_name or "default", None)
         try:
-            values = [_sample_value(a, t) if t in _TYPE_SAMPLES else a.default_value if a.has_default_value()
-                      else _missing(a) for a, (t, _) in zip(args, types)]
+            values = [_sample_value(a, t) for a, (t, _) in zip(args, types)]
         except LookupError:
             continue
         if overload is None:
@@ -611,9 +613,6 @@ def check_argument_types(per_type: int = 3) -> list[TypeResult]:
             results[key].operators.append(qualified)
     return [r for key, r in results.items() if key in used]
 
-
-def _missing(arg):
-    raise LookupError(arg.name)  # a type the table does not claim, with no default: the operator is not sampled
 
 
 def summarize(results: list[OpResult]) -> dict:

@@ -15,6 +15,7 @@ the launch, scratch buffers allocated as it asks), and everything is freed after
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,8 +31,16 @@ class AotCallError(Error, RuntimeError):
     """The entry point failed; the message is the text it recorded (what MindSpore would show)."""
 
 
-def _load(library: str) -> ctypes.CDLL:
-    return open_library(library)
+def _load(library: str | Path) -> ctypes.CDLL:
+    library = str(library)
+    # A relative path is resolved against the working directory of the moment, so only absolute ones are cached.
+    return open_library(_resolved(library) if Path(library).is_absolute() else str(Path(library).resolve()))
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(library: str) -> str:
+    # Resolving walks every component of the path (an lstat each): half the cost of a small call when repeated.
+    return str(Path(library).resolve())
 
 
 def _shim_library(target: ctypes.CDLL) -> ctypes.CDLL:
@@ -58,7 +67,7 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
     if attrs is not None:
         if extra is not None:
             raise ValueError("give attrs or extra, not both")
-        with _CallExtra(_load(str(Path(library).resolve())), attrs) as own:
+        with _CallExtra(_load(library), attrs) as own:
             init = getattr(own.library, f"{symbol}Init", None)
             if init is not None:
                 own.init(init, list(inputs) + list(outputs), dtypes)
@@ -67,7 +76,7 @@ def call(library: str | Path, symbol: str, inputs: Sequence[torch.Tensor | None]
                                   for n in own.workspace()]
             return call(library, symbol, inputs, outputs, workspaces=workspaces, dtypes=dtypes, nparam=nparam,
                         stream=stream, extra=own.address)
-    lib = _load(str(Path(library).resolve()))
+    lib = _load(library)
     function = getattr(lib, symbol)  # AttributeError names the missing symbol
     tensors = list(inputs) + list(outputs)
     for t in tensors:

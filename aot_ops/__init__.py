@@ -104,6 +104,8 @@ _LAZY = {
     "CompileFallbackWarning": ("._port.compiled", "CompileFallbackWarning"),
     "generate": ("._port.decoding", "generate"),
     "from_torch_lm": ("._port.kv_cache", "from_torch_lm"),
+    "from_pretrained": ("._port.pretrained", "from_pretrained"),
+    "load_pretrained": ("._port.pretrained", "load_pretrained"),
     "from_torch_split": ("._port.split", "from_torch_split"),
     "SplitPort": ("._port.split", "SplitPort"),
     "PortedLM": ("._port.kv_cache", "PortedLM"),

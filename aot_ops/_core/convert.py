@@ -6,6 +6,8 @@ import mindspore as ms
 import numpy as np
 import torch
 
+from .dtypes import to_torch as _dtype_to_torch
+
 
 def to_ms(t: torch.Tensor) -> ms.Tensor:
     t = t.detach().contiguous()
@@ -43,3 +45,23 @@ def _over(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     # MindSpore returns uint64 as numpy's `ulonglong`, which torch rejects; the same bytes as `<u8` it accepts.
     return torch.from_numpy(array.view(np.dtype(array.dtype.str)))
+
+
+def owned_view(parameter: ms.Parameter, requires_grad: bool | None = None) -> torch.Tensor:
+    """torch_view of a Parameter, marked as that Parameter's memory: a module given this tensor (as a parameter
+    when `requires_grad` is given, else as a buffer) is ported with share_weights=True onto the Parameter itself,
+    without a copy (owning_parameter)."""
+    view = torch_view(parameter)
+    if requires_grad is not None:
+        view = torch.nn.Parameter(view, requires_grad=requires_grad)
+    view._aot_ops_owner = parameter
+    return view
+
+
+def owning_parameter(t: torch.Tensor) -> ms.Parameter | None:
+    """The Parameter whose whole memory `t` is (a tensor made by owned_view, not since given other data), or None."""
+    owner = getattr(t, "_aot_ops_owner", None)
+    if owner is None or t.dtype != _dtype_to_torch(owner.dtype) or tuple(t.shape) != tuple(owner.shape):
+        return None
+    return owner if t.data_ptr() == torch_view(owner).data_ptr() else None
+

@@ -21,7 +21,7 @@ from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
-from .._core.convert import to_ms, to_torch, torch_view
+from .._core.convert import owning_parameter, to_ms, to_torch, torch_view
 from .._core.mindspore_private import has_hooks, recompile_on_next_call
 from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
@@ -96,8 +96,11 @@ class PortedCell(nn.Cell):
         for entry in spec.state:
             if entry.alias_of is None:
                 tensor = initial_state[entry.key]
-                self._parameters[entry.key] = parameter = add_parameter(self._cells_by_path, entry, tensor)
-                if share_weights:
+                # weights loaded into MindSpore's memory (load_pretrained) are that memory already: taken, not copied
+                owner = owning_parameter(tensor) if share_weights else None
+                self._parameters[entry.key] = parameter = add_parameter(self._cells_by_path, entry,
+                                                                        tensor if owner is None else owner)
+                if share_weights and owner is None:
                     with torch.no_grad():
                         tensor.data = torch_view(parameter)
         for entry in spec.state:

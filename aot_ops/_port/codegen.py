@@ -305,9 +305,9 @@ def _input_check(module_name: str, spec) -> list[str]:
 def expected_shape(module_name: str, spec) -> str:
     """The start of the error for an input of another shape (followed by the shape given)."""
     shape = spec.shape
-    described = "(" + ", ".join("batch" if n is None else str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+    described = "(" + ", ".join("any" if n is None else str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
     return (f"{module_name} was ported for input {spec.name} of shape {described}"
-            + (" (any batch size)" if None in shape else
+            + (" (a dimension shown as 'any' takes any size)" if None in shape else
                "; port it with aot_ops.from_torch(..., dynamic_batch=True) for other batch sizes") + "; got ")
 
 

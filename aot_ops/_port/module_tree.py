@@ -88,15 +88,21 @@ def build_module_cells(root: nn.Cell, spec) -> dict[str, nn.Cell]:
     return cells
 
 
-def add_parameter(cells: dict[str, nn.Cell], entry, tensor: torch.Tensor) -> ms.Parameter:
-    """A Parameter holding a state entry's initial value (a StateEntry), set on the cell of its module."""
+def add_parameter(cells: dict[str, nn.Cell], entry, value: torch.Tensor | ms.Parameter) -> ms.Parameter:
+    """A Parameter holding a state entry's initial value (a StateEntry), set on the cell of its module: a copy of a
+    torch tensor, or a Parameter taken as it is (weights already in MindSpore's memory: load_pretrained)."""
     parent_path, _, name = entry.key.rpartition(".")
     holder = cells[parent_path]
     check_free(holder, attribute_name(name), entry.key)
-    # A Parameter copies its initial data: handing it a view of the torch tensor makes that the only copy
-    tensor = tensor.detach()
-    initial = ms_view(tensor) if tensor.is_contiguous() else to_ms(tensor)
-    parameter = ms.Parameter(initial, name=entry.key, requires_grad=entry.trainable)
+    if isinstance(value, ms.Parameter):
+        parameter = value
+        parameter.name = entry.key
+        parameter.requires_grad = entry.trainable
+    else:
+        # A Parameter copies its initial data: handing it a view of the torch tensor makes that the only copy
+        tensor = value.detach()
+        initial = ms_view(tensor) if tensor.is_contiguous() else to_ms(tensor)
+        parameter = ms.Parameter(initial, name=entry.key, requires_grad=entry.trainable)
     setattr(holder, attribute_name(name), parameter)
     return parameter
 

@@ -1,0 +1,183 @@
+"""Checkpoint folders to ported models (aot_ops.load_pretrained / from_pretrained): the weights read once, straight
+into the cell's Parameters, equal to what transformers' own from_pretrained loads, tokens and logits equal to
+torch's, and every way a folder can fail to match its model named."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+
+import aot_ops
+from aot_ops._core.convert import torch_view
+from aot_ops.tools.random_checkpoint import write_random_checkpoint
+from support import REPO, to_ms, to_torch
+
+# initializer_range 0.3: tiny models with the default 0.02 repeat one token, which would not tell decodings apart
+LLAMA = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+             vocab_size=500, max_position_embeddings=128, initializer_range=0.3)
+QWEN_TIED = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=96, vocab_size=400, tie_word_embeddings=True, initializer_range=0.3)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Sharded bfloat16 Llama (several files and an index) and a single-file float32 Qwen2 with tied embeddings."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {"llama": write_random_checkpoint(root / "llama", transformers.LlamaConfig(**LLAMA), dtype=torch.bfloat16,
+                                             shard_bytes=60_000),
+            "qwen": write_random_checkpoint(root / "qwen", transformers.Qwen2Config(**QWEN_TIED), dtype=torch.float32,
+                                            shard_bytes=1 << 30)}
+
+
+def reference(folder, dtype=None):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+
+
+def prompt(batch=1, length=7, vocab=400):
+    return torch.randint(2, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name, dtype", [("llama", None), ("qwen", None), ("qwen", torch.bfloat16)])
+def test_loaded_weights_equal_transformers_own_loading(folders, name, dtype):
+    if name == "llama":
+        assert len(list(folders[name].glob("*.safetensors"))) > 2  # the sharded layout, with its index
+    model = aot_ops.load_pretrained(folders[name], dtype=dtype)
+    expected = reference(folders[name], dtype)
+    ours, theirs = model.state_dict(), expected.state_dict()
+    assert list(ours) == list(theirs)
+    for key in theirs:
+        assert ours[key].dtype == theirs[key].dtype, key
+        assert torch.equal(ours[key], theirs[key]), key
+    for (key, buffer), (_, expected_buffer) in zip(model.named_buffers(), expected.named_buffers()):
+        assert torch.equal(buffer, expected_buffer), key  # the rotary frequencies, made as transformers makes them
+    if name == "qwen":  # tied embeddings stay one tensor
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert not model.training
+
+
+def test_generation_from_the_folder_equals_torch(folders):
+    lm = aot_ops.from_pretrained(folders["llama"], max_length=24)
+    ids = prompt(vocab=LLAMA["vocab_size"])
+    tokens = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=10))
+    with torch.no_grad():
+        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                                                        do_sample=False, pad_token_id=0)
+    assert tokens.tolist() == expected.tolist()
+    assert len(set(tokens[0, 7:].tolist())) > 2  # a decoding that could tell a wrong weight
+
+
+def test_a_cell_for_the_whole_sequence_equals_torch(folders):
+    cell = aot_ops.from_pretrained(folders["qwen"])
+    model = reference(folders["qwen"])
+    for length in (3, 9):  # one port, any length
+        ids = prompt(2, length, QWEN_TIED["vocab_size"])
+        mask = torch.ones_like(ids)
+        out = cell(to_ms(ids), to_ms(mask))
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        torch.testing.assert_close(to_torch(out["logits"]), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="evaluation"):
+        cell.set_train(True)
+
+
+def test_a_port_of_the_loaded_model_takes_its_parameters_without_a_copy(folders):
+    model = aot_ops.load_pretrained(folders["qwen"])
+    lm = aot_ops.from_torch_lm(model, max_length=16)
+    parameters = {p.name: p for p in lm.cell.get_parameters()}
+    for key, tensor in model.state_dict().items():
+        if key in parameters:
+            assert torch_view(parameters[key]).data_ptr() == tensor.data_ptr(), key
+    copied = aot_ops.from_torch(model, (prompt(1, 4, 400),), {"use_cache": False}, evaluation_only=True)
+    weight = dict((p.name, p) for p in copied.get_parameters())["model.embed_tokens.weight"]
+    assert torch_view(weight).data_ptr() != model.model.embed_tokens.weight.data_ptr()  # share_weights=False copies
+
+
+# ---- what does not match is named ---------------------------------------------------------------------------------
+
+def _copy_folder(source, target):
+    target.mkdir()
+    for file in source.iterdir():
+        (target / file.name).write_bytes(file.read_bytes())
+    return target
+
+
+def test_a_missing_tensor_is_named(folders, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy_folder(folders["qwen"], tmp_path / "qwen")
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(aot_ops.PortError, match=r"missing from the checkpoint: 'model\.layers\.1\.mlp\.up_proj"):
+        aot_ops.from_pretrained(folder)
+
+
+def test_a_tensor_of_another_shape_is_named(folders, tmp_path):
+    folder = _copy_folder(folders["qwen"], tmp_path / "qwen")
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] = 80
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(aot_ops.PortError, match=r"'model\.layers\.0\.mlp\.down_proj\.weight' \(float32\[64, 96\].*"
+                                                r"of shape \[64, 80\]"):
+        aot_ops.load_pretrained(folder)
+
+
+def test_a_truncated_file_is_named_and_the_next_load_works(folders, tmp_path):
+    folder = _copy_folder(folders["qwen"], tmp_path / "qwen")
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:len(data) - 1000])
+    with pytest.raises(aot_ops.PortError, match="truncated"):
+        aot_ops.load_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(data)
+    assert torch.equal(aot_ops.load_pretrained(folder).lm_head.weight, reference(folder).lm_head.weight)
+
+
+def test_a_folder_without_safetensors_says_what_to_do(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(aot_ops.PortError, match=r"pytorch_model\.bin.*save_pretrained"):
+        aot_ops.load_pretrained(tmp_path)
+    with pytest.raises(aot_ops.PortError, match="is not a folder"):
+        aot_ops.load_pretrained(tmp_path / "absent")
+
+
+# ---- memory: the weights once --------------------------------------------------------------------------------------
+
+MEMORY_PROBE = """
+import gc, json, sys, torch, transformers, aot_ops
+from aot_ops.tools.random_checkpoint import write_random_checkpoint
+folder = sys.argv[1]
+config = transformers.LlamaConfig(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
+                                  intermediate_size=2816, vocab_size=32000)
+write_random_checkpoint(folder, config, dtype=torch.bfloat16, shard_bytes=64 << 20)
+import aot_ops._port, aot_ops._port.pretrained, aot_ops._port.kv_cache  # imported before the baseline
+import transformers.models.llama.modeling_llama
+def field(name):
+    for line in open("/proc/self/status"):
+        if line.startswith(name + ":"):
+            return int(line.split()[1]) * 1024
+gc.collect()
+open("/proc/self/clear_refs", "w").write("5")  # resets the peak
+baseline = field("VmRSS")
+lm = aot_ops.from_pretrained(folder, max_length=16)
+weights = sum(p.nbytes for p in lm.cell.get_parameters() if "cache" not in p.name)
+print(json.dumps({"weights": weights, "peak": (field("VmHWM") - baseline) / weights,
+                  "after": (field("VmRSS") - baseline) / weights}))
+"""
+
+
+@pytest.mark.slow  # writes and ports a 320 MB checkpoint in a fresh process
+def test_the_port_holds_the_weights_once(tmp_path):
+    """Nothing of the checkpoint is mapped (it is read into the Parameters), so the resident peak above the process
+    before the port is the private memory the port takes."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path / "ckpt")], capture_output=True,
+                          text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["weights"] > 300e6
+    # a copy of the weights would be 2x; what is above 1x is the port's own (its graph, programs, MindSpore's kernels)
+    assert figures["peak"] < 1.2, figures
+    assert figures["after"] < 1.2, figures

@@ -78,6 +78,7 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
         _add_inference(fused, program, graph, label)
         return fused
     joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
+    _save_inputs_not_their_views(joint)
     fused, forward = _forward_program(program, joint, label)
     _add_inference(fused, program, graph, label)
     if "backward" in joint.captured:
@@ -133,6 +134,70 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     except Exception as exc:  # torch's tracing errors: what failed, in torch's words
         raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
     return _JointTrace(captured, len(outs), differentiable)
+
+
+_VIEWS = {torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default,
+          torch.ops.aten.alias.default, torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim,
+          torch.ops.aten.expand.default, torch.ops.aten.view.default, torch.ops.aten.slice.Tensor,
+          torch.ops.aten.select.int}
+
+
+def _save_inputs_not_their_views(joint: _JointTrace) -> None:
+    """A saved tensor that is a view of a forward input (a linear layer's transposed weight, which the backward
+    multiplies by) would be an output of the forward program, and a program's output is a tensor of its own: a copy
+    of every such weight per step (a LoRA step on a frozen 1.1B model held its weights twice). The input itself is
+    saved instead (a saved input is passed as it is), and the backward makes the view again from it. Views with
+    sizes computed at run time are left saved."""
+    forward, backward = joint.captured["forward"], joint.captured.get("backward")
+    if backward is None:
+        return
+    output = forward.graph.output_node()
+    outs = list(output.args[0])
+    saved = {n.name: n for n in backward.graph.nodes if n.op == "placeholder"}
+    taken: dict[str, torch.fx.Node] = {}  # input name -> its placeholder in the backward
+    drop: list[int] = []
+    for k in range(joint.num_outputs, len(outs)):
+        chain, base = [], outs[k]
+        while (isinstance(base, torch.fx.Node) and base.op == "call_function" and base.target in _VIEWS
+               and not _reads_nodes((base.args[1:], base.kwargs))):
+            chain.append(base)
+            base = base.args[0]
+        view = saved.get(getattr(outs[k], "name", None))
+        if not chain or base.op != "placeholder" or view is None:
+            continue
+        source = taken.get(base.name) or saved.get(base.name)
+        if source is None:
+            with backward.graph.inserting_before(view):
+                source = backward.graph.placeholder(base.name)
+            if source.name != base.name:  # the name is taken in the backward: leave this one saved
+                backward.graph.erase_node(source)
+                continue
+            source.meta = dict(base.meta)
+            outs[k] = base
+        else:
+            drop.append(k)  # saved already: the view goes
+        taken[base.name] = source
+        first_step = next(n for n in backward.graph.nodes if n.op != "placeholder")
+        with backward.graph.inserting_before(first_step):
+            value = source
+            for node in reversed(chain):
+                value = backward.graph.call_function(node.target, (value, *node.args[1:]), dict(node.kwargs))
+                value.meta = dict(node.meta)
+        view.replace_all_uses_with(value)
+        backward.graph.erase_node(view)
+    if not taken:
+        return
+    output.args = (tuple(o for k, o in enumerate(outs) if k not in drop),)
+    for module in (forward, backward):
+        module.graph.lint()
+        module.recompile()
+
+
+def _reads_nodes(arguments) -> bool:
+    """Whether arguments (nested in lists and dicts) take another node's value: a size computed at run time."""
+    found = []
+    torch.fx.node.map_arg(arguments, found.append)
+    return bool(found)
 
 
 @dataclass

@@ -208,6 +208,7 @@ def with_lora(model):
     return LanguageModellingLoss(adapted).train()
 
 
+@pytest.mark.slow  # a training port (AOTAutograd), three steps on each side
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bfloat16", "float32"])
 def test_lora_fine_tuning_of_a_loaded_decoder_equals_torch(folders, dtype):
     import mindspore as ms

@@ -19,7 +19,9 @@ than garbage.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -171,8 +173,17 @@ class _Loading:
         """Reads every weight, in the order the files hold them."""
         # Pages kept in the cache would compete with the weights' own memory when both do not fit
         drop_cache = 2 * self.checkpoint.nbytes > _available_memory()
-        for stored, destination in file_order(self.targets):
-            self.checkpoint.read_into(stored, destination, drop_cache)
+        ordered = file_order(self.targets)
+        # Fresh memory is made present a tensor ahead of the reads, on a thread of its own: on a virtual machine
+        # the first touch of memory can cost as much as the disk (1 s per GB here), and the two then overlap
+        ahead = threading.Thread(target=_make_present, args=([d for _, d in ordered],), daemon=True,
+                                 name="aot_ops weight memory")
+        ahead.start()
+        try:
+            for stored, destination in ordered:
+                self.checkpoint.read_into(stored, destination, drop_cache)
+        finally:
+            ahead.join()
 
     def start(self) -> "_Reading":
         reading = _Reading(self)
@@ -241,6 +252,24 @@ def _make_non_persistent_buffers(model) -> None:
         raise PortError(f"load_pretrained: {type(model).__name__}'s buffers {unset} are not in the checkpoint and its "
                         "_init_weights does not compute them; load the model with transformers' from_pretrained and "
                         "port it with from_torch")
+
+
+_MADV_POPULATE_WRITE = 23  # Linux 5.14
+
+
+def _make_present(tensors: list[torch.Tensor]) -> None:
+    """Faults in each tensor's pages, writable, without changing their contents (madvise MADV_POPULATE_WRITE):
+    pages a read already wrote are left as they are. Best effort: where the call is refused, the reads fault the
+    pages in themselves."""
+    if sys.platform != "linux":
+        return
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for tensor in tensors:
+        start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
+        page = start - start % 4096
+        if size and madvise(page, start + size - page, _MADV_POPULATE_WRITE) != 0:
+            return
 
 
 def _available_memory() -> int:

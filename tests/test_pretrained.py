@@ -259,3 +259,12 @@ def test_lora_fine_tuning_of_a_loaded_decoder_equals_torch(folders, dtype):
         loss = float(step(to_ms(ids)).asnumpy())
         tolerance = 1e-3 if dtype == torch.bfloat16 else 1e-5
         assert abs(loss - float(expected_loss)) <= tolerance * abs(float(expected_loss)), (loss, float(expected_loss))
+
+
+def test_a_port_that_fails_raises_its_own_error_and_stops_the_reading(folders):
+    with pytest.raises(ValueError, match="max_length must be at least 2"):
+        aot_ops.from_pretrained(folders["llama"], max_length=1)
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name.startswith("aot_ops checkpoint")]
+    assert aot_ops.from_pretrained(folders["llama"], max_length=8).max_length == 8  # the next call works

@@ -87,9 +87,11 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           evaluation_only=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True)
-    finally:
-        ported_at = time.perf_counter()
-        reading.wait()
+    except BaseException:
+        reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
+        raise
+    ported_at = time.perf_counter()
+    reading.wait()
     log.info("from_pretrained %s: model built in %.1f s, ported in %.1f s, weights read in %.1f s beside it "
              "(%.1f s waited for)", folder, built - start, ported_at - built, reading.seconds,
              time.perf_counter() - ported_at)
@@ -122,6 +124,7 @@ class _Loading:
             else:
                 model = model_class._from_config(config, dtype=dtype)
         self.model = model.eval()
+        self.cancelled = False  # set from another thread: the reading stops before its next tensor
         _make_non_persistent_buffers(model)
         self.targets = self._install_parameters()
 
@@ -176,13 +179,17 @@ class _Loading:
         ordered = file_order(self.targets)
         # Fresh memory is made present a tensor ahead of the reads, on a thread of its own: on a virtual machine
         # the first touch of memory can cost as much as the disk (1 s per GB here), and the two then overlap
-        ahead = threading.Thread(target=_make_present, args=([d for _, d in ordered],), daemon=True,
+        finished = threading.Event()
+        ahead = threading.Thread(target=_make_present, args=([d for _, d in ordered], finished), daemon=True,
                                  name="aot_ops weight memory")
         ahead.start()
         try:
             for stored, destination in ordered:
+                if self.cancelled:
+                    break
                 self.checkpoint.read_into(stored, destination, drop_cache)
         finally:
+            finished.set()  # (after an error or a cancel, the memory still ahead is left alone)
             ahead.join()
 
     def start(self) -> "_Reading":
@@ -210,6 +217,12 @@ class _Reading(threading.Thread):
         self.join()
         if self.error is not None:
             raise self.error
+
+    def cancel(self) -> None:
+        """Stops the reading before its next tensor and waits for it (the weights are then incomplete: for a
+        failed port, whose model is not returned)."""
+        self.loading.cancelled = True
+        self.join()
 
 
 def _find(stored: dict[str, StoredTensor], keys: list[str], prefix: str) -> StoredTensor | None:
@@ -257,7 +270,7 @@ def _make_non_persistent_buffers(model) -> None:
 _MADV_POPULATE_WRITE = 23  # Linux 5.14
 
 
-def _make_present(tensors: list[torch.Tensor]) -> None:
+def _make_present(tensors: list[torch.Tensor], finished: threading.Event) -> None:
     """Faults in each tensor's pages, writable, without changing their contents (madvise MADV_POPULATE_WRITE):
     pages a read already wrote are left as they are. Best effort: where the call is refused, the reads fault the
     pages in themselves."""
@@ -266,6 +279,8 @@ def _make_present(tensors: list[torch.Tensor]) -> None:
     madvise = ctypes.CDLL(None, use_errno=True).madvise
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     for tensor in tensors:
+        if finished.is_set():
+            return
         start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
         page = start - start % 4096
         if size and madvise(page, start + size - page, _MADV_POPULATE_WRITE) != 0:

@@ -288,3 +288,16 @@ def _comparer(exact: bool, rtol, atol):
             else:
                 torch.testing.assert_close(g, e, rtol=rtol, atol=atol, msg=lambda m: f"{what} {i}: {m}")
     return compare
+
+
+class LanguageModellingLoss(torch.nn.Module):
+    """A causal language model's loss on its own input (`lm(input_ids=ids, labels=ids, use_cache=False).loss`): the
+    module to port for training a transformers decoder, whole or through an adapter (tests and benchmarks)."""
+
+    def __init__(self, lm: torch.nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
+

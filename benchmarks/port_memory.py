@@ -34,24 +34,6 @@ BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, 
                  vocab_size=30522)
 
 
-class _LossOf:
-    """The language-modelling loss of a causal LM on its own input (a torch module made on first use: torch is
-    imported in the child process only)."""
-
-    def __new__(cls, model):
-        import torch
-
-        class LossOf(torch.nn.Module):
-            def __init__(self, lm):
-                super().__init__()
-                self.lm = lm
-
-            def forward(self, ids):
-                return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
-
-        return LossOf(model)
-
-
 def _rss_mb(field: str = "VmRSS") -> float:
     with open("/proc/self/status") as status:
         for line in status:
@@ -75,6 +57,7 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
 
     import aot_ops
     from aot_ops._core.convert import to_ms, to_torch
+    from aot_ops.testing import LanguageModellingLoss
 
     torch.set_num_threads(1)
     bert = size == "bert-base"
@@ -112,7 +95,8 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
                                     evaluation_only=evaluation_only, share_weights=True)
     else:
         model.train()
-        ported = aot_ops.from_torch(_LossOf(model), (ids,), fuse=True, input_grads=False, share_weights=True)
+        ported = aot_ops.from_torch(LanguageModellingLoss(model), (ids,), fuse=True, input_grads=False,
+                                    share_weights=True)
     port_seconds = time.perf_counter() - start
     port_peak = _rss_mb("VmHWM")
 
@@ -134,12 +118,12 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
         # The weights are shared: torch's loss before the step, then torch's loss after MindSpore's step (the
         # module sees the update) against the cell's
         with torch.no_grad():
-            before = float(_LossOf(model)(ids))
+            before = float(LanguageModellingLoss(model)(ids))
         optimizer = ms.nn.SGD(ported.trainable_params(), learning_rate=1e-3)
         step = aot_ops.train_step(ported, optimizer)
         loss = float(step(ids_ms).asnumpy())
         with torch.no_grad():
-            after = float(_LossOf(model)(ids))
+            after = float(LanguageModellingLoss(model)(ids))
         loss_after = float(ported(ids_ms).asnumpy())
         exact = abs(loss - before) <= 1e-4 * abs(before) and abs(loss_after - after) <= 1e-4 * abs(after) \
             and after != before

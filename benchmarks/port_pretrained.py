@@ -185,6 +185,7 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     import aot_ops
     import aot_ops._port.pretrained  # noqa: F401
     from aot_ops._core.convert import to_ms, to_torch
+    from aot_ops.testing import LanguageModellingLoss
 
     torch.set_num_threads(os.cpu_count() or 1)
     ids = torch.randint(2, 30000, (1, 16), generator=torch.Generator().manual_seed(1))
@@ -197,7 +198,8 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     torch.manual_seed(0)
     adapted = peft.get_peft_model(model, peft.LoraConfig(**LORA))
     loaded = time.perf_counter()
-    cell = aot_ops.from_torch(LossOf(adapted).train(), (ids,), fuse=True, input_grads=False, share_weights=True)
+    cell = aot_ops.from_torch(LanguageModellingLoss(adapted).train(), (ids,), fuse=True, input_grads=False,
+                              share_weights=True)
     ported = time.perf_counter()
     step = aot_ops.train_step(cell, ms.nn.SGD(cell.trainable_params(), learning_rate=LEARNING_RATE))
     losses = [float(step(to_ms(ids)).asnumpy()) for _ in range(steps)]
@@ -214,7 +216,7 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     gc.collect()
     reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     torch.manual_seed(0)
-    reference = LossOf(peft.get_peft_model(reference, peft.LoraConfig(**LORA))).train()
+    reference = LanguageModellingLoss(peft.get_peft_model(reference, peft.LoraConfig(**LORA))).train()
     trainable = [(n, p) for n, p in reference.named_parameters() if p.requires_grad]
     optimizer = torch.optim.SGD([p for _, p in trainable], lr=LEARNING_RATE)
     torch_losses = []
@@ -231,20 +233,6 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     row.update(torch_losses=torch_losses, gradient_rel_diff=worst,
                loss_rel_diff=max(abs(a - b) / abs(b) for a, b in zip(losses, torch_losses)))
     return row
-
-
-def LossOf(lm):  # noqa: N802 - a torch module class made on first use (torch is imported in the child only)
-    import torch
-
-    class LanguageModellingLoss(torch.nn.Module):
-        def __init__(self, lm):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids):
-            return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
-
-    return LanguageModellingLoss(lm)
 
 
 # ---- the parent ----------------------------------------------------------------------------------------------------
@@ -298,10 +286,11 @@ def main(argv=None) -> int:
         row = run_child("lora", checkpoint(options.root, name), options.cold)
         if row is None:
             continue
+        losses, torch_losses = ([round(v, 4) for v in row[key]] for key in ("losses", "torch_losses"))
         print(f"{name} LoRA: load {row['load_s']:.1f} s, port {row['port_s']:.1f} s, {row['trainable']} adapter "
-              f"tensors; losses {[round(v, 4) for v in row['losses']]} torch {[round(v, 4) for v in row['torch_losses']]}"
-              f" (worst relative {row['loss_rel_diff']:.1e}); adapter gradients after the steps within "
-              f"{row['gradient_rel_diff']:.1e} of torch's (norm); peak {row['peak']:.2f}x, private after {row['private_after']:.2f}x", flush=True)
+              f"tensors; losses {losses} torch {torch_losses} (worst relative {row['loss_rel_diff']:.1e}); adapter "
+              f"gradients after the steps within {row['gradient_rel_diff']:.1e} of torch's (norm); peak "
+              f"{row['peak']:.2f}x, private after {row['private_after']:.2f}x", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     if options.plot and rows:
         plot(options.plot, rows)

@@ -13,6 +13,7 @@ import transformers
 
 import aot_ops
 from aot_ops._core.convert import torch_view
+from aot_ops.testing import LanguageModellingLoss
 from aot_ops.tools.random_checkpoint import write_random_checkpoint
 from support import REPO, to_ms, to_torch
 
@@ -184,15 +185,6 @@ def test_the_port_holds_the_weights_once(tmp_path):
 
 
 # ---- LoRA fine-tuning -------------------------------------------------------------------------------------------
-
-class LanguageModellingLoss(torch.nn.Module):
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, ids):
-        return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
-
 
 def with_lora(model):
     import peft

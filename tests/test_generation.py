@@ -1,7 +1,7 @@
 """aot_ops.from_torch_lm + aot_ops.generate: causal language models decoding with their key/value cache, against
-transformers' generate: greedy tokens for six decoder families (per node and fused, both modes), sampling (the
-processed scores equal transformers' logits processors; a seed makes it reproducible), end tokens, streaming,
-and the refusals."""
+transformers' generate: greedy tokens for the zoo's decoder families and more (per node and fused, both modes),
+sampling (the processed scores equal transformers' logits processors; a seed makes it reproducible), end tokens,
+streaming, and the refusals."""
 from __future__ import annotations
 
 import mindspore as ms
@@ -12,6 +12,7 @@ import transformers
 
 import aot_ops
 from aot_ops._port.sampling import Sampling, TokenChooser
+from aot_ops.tools import zoo
 from aot_ops.tools.zoo import _SMALL_DECODER, build_model
 from support import QUICK, to_ms, to_torch
 from test_transformers_use import decoder, left_padded_prompt
@@ -23,8 +24,10 @@ MAX_LENGTH = 24
 EXTRA = {
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(num_key_value_heads=2)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(num_key_value_heads=2)),
+    # multi-query attention: one key/value head, whatever the config's num_kv_heads says
+    "falcon": ("FalconForCausalLM", "FalconConfig", dict(new_decoder_architecture=False, multi_query=True)),
 }
-FAMILIES = ["llama", "gpt2", "qwen2", "gpt_neox", "mistral", "phi3"]
+FAMILIES = ["llama", "gpt2", "qwen2", "gpt_neox", "mixtral", "mistral", "phi3", "falcon"]
 
 
 def language_model(name: str) -> torch.nn.Module:
@@ -188,6 +191,15 @@ def test_what_the_cache_cannot_hold_is_refused_with_what_to_do(ported):
         lm.cell.set_train(True)
     tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=2)  # still works
     assert tokens.shape == (2, 8)
+
+
+def test_a_recurrent_cache_is_refused_with_its_reason():
+    """RecurrentGemma keeps recurrent states (transformers' LinearAttentionLayer), written by different Python for
+    the prompt and for each new token: not a static key/value cache one graph can carry."""
+    model, _ = zoo.FAMILIES["recurrent_gemma"].build()
+    with pytest.raises(aot_ops.PortError, match=r"RecurrentGemmaForCausalLM cannot hold transformers' StaticCache: "
+                                                r".*LinearAttentionLayer"):
+        aot_ops.from_torch_lm(model, batch_size=1, max_length=8)
 
 
 @pytest.mark.slow  # AOTInductor compiles the one-token step (seconds to a minute, then from the build cache)

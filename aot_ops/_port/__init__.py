@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -129,18 +130,67 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
+    ported = dict(model=model, inputs=inputs, dynamic_shapes=dynamic_shapes, fuse=fuse, input_grads=input_grads,
+                  evaluation_only=evaluation_only, trainable=trainable, compile_inputs=compile_inputs)
+    # The graphs are made functional by rewriting their in-place calls where that is exact (export.py), unless
+    # they are differentiated node by node (fuse=False), whose per-node gradients were checked on torch's
+    # functionalisation only
+    modes = _port_modes(**ported, rewrite_in_place=bool(fuse) or evaluation_only is not None)
+    graphs, fused, refused_training = modes.graphs, modes.fused, modes.refused_training
+    jit = jit and not modes.per_node_fan_out
+
+    modules = [(path, type(m).__name__) for path, m in model.named_modules()]
+    state, initial_state = _state_entries(model)
+    aliases = {e.key: e.alias_of for e in state if e.alias_of}
+    structure = Structure(modules, (entry.key for entry in state))
+    source = generate(_class_name(name), name, graphs, refused_training,
+                      lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
+                      differentiable=evaluation_only is None)
+    cls, path = _load_class(_class_name(name), source)
+    spec = PortSpec(
+        module_name=name, modules=modules, state=state,
+        constants={f"{mode}_{k}": v for mode, g in (fused or graphs).items() for k, v in g.constants.items()},
+        inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
+        training=model.training and evaluation_only is None,
+        refused_training=refused_training,
+        operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
+        fused=fused, compile_programs=fuse == "compile", jit=jit)
+    cell = cls(spec, initial_state, share_weights)
+    cell.source_file = str(path)
+    return cell
+
+
+@dataclass
+class _Modes:
+    """What the port made of each mode: exported programs, graphs read from them, fused programs (fuse=True)."""
+
+    programs: dict[Mode, Any]
+    graphs: dict[Mode, Graph]
+    fused: dict[Mode, Any]
+    refused_training: str | None
+    per_node_fan_out: bool  # bfloat16 gradients fanned out per node: the cell runs operator by operator
+
+
+def _port_modes(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, fuse: bool | str, input_grads: bool,
+                evaluation_only: str | None, trainable: set[str], compile_inputs: dict | None,
+                rewrite_in_place: bool) -> _Modes:
+    """The evaluation graph and, unless evaluation_only, the training graph (one graph for both when they are the
+    same), each exported, read and (with fuse) fused."""
+    name = type(model).__name__
     programs = {Mode.EVAL: export(model, inputs, dynamic_shapes, training=False,
-                               inference_only=evaluation_only is not None)}
+                                  inference_only=evaluation_only is not None, rewrite_in_place=rewrite_in_place)}
     graphs: dict[Mode, Graph] = {Mode.EVAL: read(programs[Mode.EVAL], graph_shapes=fuse)}
     refused_training = evaluation_only
+    fan_out = False
     try:
         if evaluation_only is None:
-            programs[Mode.TRAIN] = export(model, inputs, dynamic_shapes, training=True)
+            programs[Mode.TRAIN] = export(model, inputs, dynamic_shapes, training=True,
+                                          rewrite_in_place=rewrite_in_place)
             if not fuse and fan_out_half_gradients(programs[Mode.TRAIN], trainable, input_grads):
                 # Per node, MindSpore's autodiff would sum bfloat16 gradients itself (fan_out.py). Its backward of
                 # a PyNative ms.jit call still does (AddN, no bfloat16 CPU kernel): such a cell runs operator by
                 # operator in PyNative.
-                jit = False
+                fan_out = True
             graphs[Mode.TRAIN] = read(programs[Mode.TRAIN], graph_shapes=fuse)
     except PortError as exc:
         if model.training:
@@ -174,26 +224,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
         if compile_inputs is not None:
             for mode, graph in fused.items():
                 graph.compile_sizes = _size_values(programs[mode], compile_inputs)
-
-    modules = [(path, type(m).__name__) for path, m in model.named_modules()]
-    state, initial_state = _state_entries(model)
-    aliases = {e.key: e.alias_of for e in state if e.alias_of}
-    structure = Structure(modules, (entry.key for entry in state))
-    source = generate(_class_name(name), name, graphs, refused_training,
-                      lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
-                      differentiable=evaluation_only is None)
-    cls, path = _load_class(_class_name(name), source)
-    spec = PortSpec(
-        module_name=name, modules=modules, state=state,
-        constants={f"{mode}_{k}": v for mode, g in (fused or graphs).items() for k, v in g.constants.items()},
-        inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
-        training=model.training and evaluation_only is None,
-        refused_training=refused_training,
-        operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
-        fused=fused, compile_programs=fuse == "compile", jit=jit)
-    cell = cls(spec, initial_state, share_weights)
-    cell.source_file = str(path)
-    return cell
+    return _Modes(programs, graphs, fused, refused_training, fan_out)
 
 
 _FIXED_TYPES = (bool, int, float, str, type(None))

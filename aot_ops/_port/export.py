@@ -105,11 +105,12 @@ class Inputs:
 
 
 def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
-           inference_only: bool = False) -> ExportedProgram:
+           inference_only: bool = False, rewrite_in_place: bool = False) -> ExportedProgram:
     """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `inference_only`:
-    the graph will never be differentiated, so the training-level graph is made functional by rewriting its
-    in-place calls (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces
-    the whole module (two thirds of a big model's port)."""
+    the graph will never be differentiated (a user's autograd.Function keeps its forward's operators).
+    `rewrite_in_place`: the training-level graph is made functional by rewriting its in-place calls
+    (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces the whole module
+    (two thirds of a big model's port); the in-place calls' functional twins have the same derivatives."""
     was_training = model.training
     model.train(training)
     try:
@@ -120,7 +121,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                     _fixed_keywords(model, inputs.fixed_kwargs):
                 program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
                                               dynamic_shapes=dynamic_shapes)
-            if inference_only and _without_regions(program) and functionalize(program):
+            if rewrite_in_place and _without_regions(program) and not _hidden_writes(program) \
+                    and functionalize(program):
                 retarget_devices(program)
             else:
                 _detach_no_grad_results(program)
@@ -158,6 +160,25 @@ def _without_regions(program: ExportedProgram) -> bool:
     training-level graph from being the functional one."""
     return not any(node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
                    for node in program.graph.nodes)
+
+
+def _hidden_writes(program: ExportedProgram) -> bool:
+    """A call updates running statistics its schema does not mark as written: the training-level graph keeps
+    composite calls whole (aten.batch_norm, aten.instance_norm), which write them in training (`training` or
+    `use_input_stats` true; also native_batch_norm, whose schema marks nothing). The rewrite would miss the write:
+    such a graph goes through torch's functionalisation."""
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        arguments = node.target._schema.arguments
+        names = [a.name for a in arguments]
+        if "running_mean" not in names:
+            continue
+        given = dict(zip(names, node.args)) | dict(node.kwargs)
+        switch = given.get("training", given.get("use_input_stats", True))
+        if given.get("running_mean") is not None and switch is not False:
+            return True
+    return False
 
 
 def _detach_no_grad_results(program: ExportedProgram) -> None:

@@ -15,11 +15,14 @@ no more, and a token's cost does not grow with the length decoded so far.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
 
 from .errors import PortError
+
+_log = logging.getLogger(__name__)
 
 INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
@@ -33,8 +36,6 @@ class StaticCacheLM(torch.nn.Module):
 
         from transformers import StaticCache
         from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
-        from transformers.integrations.executorch import get_head_shapes
-
         config = model.config.get_text_config()
         self.model = model
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters  # not Bloom (ALiBi)
@@ -48,7 +49,7 @@ class StaticCacheLM(torch.nn.Module):
                                     f"{window} tokens, which a static cache of max_length={max_length} cannot "
                                     f"hold; port it with max_length <= {window}")
                 self.cache.layers[k] = StaticLayer(max_length)
-        heads, head_size = get_head_shapes(config)
+        heads, head_size = _cache_shapes(model, config)
         # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
         self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
         for k, layer in enumerate(self.cache.layers):
@@ -69,6 +70,33 @@ class StaticCacheLM(torch.nn.Module):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=self.cache, use_cache=True,
                          **positions)
         return out.logits[:, -1, :]
+
+
+def _cache_shapes(model: torch.nn.Module, config) -> tuple[list[int] | int, list[int] | int]:
+    """Each layer's key/value heads and head size, as the model's attention writes them: read off the cache of a
+    call on fake tensors (no arithmetic), since the config does not always say (Falcon's multi-query attention
+    keeps one key/value head whatever num_kv_heads says). transformers' reading of the config if that call fails."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import DynamicCache
+
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)  # a failing meta kernel is logged there: the fallback answers it
+    try:
+        cache = DynamicCache(config=config)
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+            model(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
+        keys = [layer.keys for layer in cache.layers]
+        if all(isinstance(k, torch.Tensor) and k.dim() == 4 for k in keys):
+            return [int(k.shape[1]) for k in keys], [int(k.shape[-1]) for k in keys]
+    except Exception as exc:  # whatever stops the probe, the config's numbers are the fallback
+        _log.debug("from_torch_lm: the cache's shapes from the config, as a fake call of %s failed: %s",
+                   type(model).__name__, exc)
+    finally:
+        fake_log.setLevel(level)
+    from transformers.integrations.executorch import get_head_shapes
+
+    return get_head_shapes(config)
 
 
 @dataclasses.dataclass

@@ -661,6 +661,24 @@ def test_dynamic_batch_sizes_from_other_inputs(make, shape, mode, fuse, shared_p
                                     (3, 5))
 
 
+class SizeAddedToATensor(torch.nn.Module):
+    """A tensor plus a size known at run time (Bloom: `seq_length + past_length`): aten.add.Tensor given the size
+    where it takes a tensor, as a wrapped number."""
+
+    def forward(self, x, offset):
+        return x * (offset + x.shape[0])
+
+
+def test_a_size_where_a_tensor_is_taken_is_a_number_known_at_run_time(mode, fuse):
+    model = SizeAddedToATensor()
+    offset = torch.tensor(2)
+    cell = aot_ops.from_torch(model, (torch.randn(4, 3), offset), dynamic_batch=True, fuse=fuse,
+                              evaluation_only=True)
+    for batch in (3, 5):
+        x = torch.randn(batch, 3)
+        assert torch.equal(to_torch(cell(to_ms(x), to_ms(offset))), model(x, offset))
+
+
 def test_other_shapes_are_refused_with_the_expected_shape(mode):
     cell = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),))
     with pytest.raises(ValueError, match=r"ConcatNet was ported for input x of shape \(6, 12\); "

@@ -24,10 +24,12 @@ MAX_LENGTH = 24
 EXTRA = {
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(num_key_value_heads=2)),
     "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(num_key_value_heads=2)),
+    # the zoo's Bloom (ALiBi, no positions) with untied embeddings: tied, this tiny one repeats one token
+    "bloom": ("BloomForCausalLM", "BloomConfig", dict(tie_word_embeddings=False)),
     # multi-query attention: one key/value head, whatever the config's num_kv_heads says
     "falcon": ("FalconForCausalLM", "FalconConfig", dict(new_decoder_architecture=False, multi_query=True)),
 }
-FAMILIES = ["llama", "gpt2", "qwen2", "gpt_neox", "mixtral", "mistral", "phi3", "falcon"]
+FAMILIES = ["llama", "gpt2", "qwen2", "gpt_neox", "bloom", "mixtral", "mistral", "phi3", "falcon"]
 
 
 def language_model(name: str) -> torch.nn.Module:

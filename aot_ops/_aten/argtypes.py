@@ -40,6 +40,7 @@ class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in kernels/aten/gene
     CALL_TIME_TENSOR_LIST = 18  # value: the input index where the list starts; its length is decided per call
     SYM_INT = 19          # value: a size expression (text)
     SYM_INT_LIST = 20     # value: comma-separated size expressions
+    WRAPPED_SYM_INT = 21  # value: a size expression given for a Tensor argument (`tensor + x.shape[1]`)
 
 
 class _Placeholder:
@@ -109,8 +110,8 @@ class _Tensor(ArgType):
 
     def accepts(self, value, wrapped_numbers):
         # A Python number where a tensor is expected is a "wrapped number", as in torch (x * 2.0 records
-        # aten::mul.Tensor(x, 2.0)); it promotes like a scalar.
-        return is_tensor_value(value) or (wrapped_numbers and isinstance(value, (bool, int, float)))
+        # aten::mul.Tensor(x, 2.0)); it promotes like a scalar. A size known at run time is one too.
+        return is_tensor_value(value) or (wrapped_numbers and isinstance(value, (bool, int, float, SizeExpr)))
 
     def input_flags(self, value, optional):
         return [optional] if is_tensor_value(value) else []
@@ -122,10 +123,14 @@ class _Tensor(ArgType):
             return ArgKind.WRAPPED_INT, _int64(arg, value)
         if isinstance(value, float):
             return ArgKind.WRAPPED_FLOAT, value
+        if isinstance(value, SizeExpr):
+            return ArgKind.WRAPPED_SYM_INT, value.encode()
         return ArgKind.TENSOR, add_input(value)
 
     def to_torch(self, value, next_tensor, shapes):
-        return next_tensor() if is_tensor_value(value) else value
+        if is_tensor_value(value):
+            return next_tensor()
+        return evaluate(value, shapes) if is_symbolic(value) else value
 
 
 class _TensorList(ArgType):

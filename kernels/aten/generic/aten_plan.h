@@ -51,6 +51,7 @@ enum class ArgKind : int64_t {
   CallTimeTensorList = 18,  // value: the input index where the list starts; its length is decided per call
   SymInt = 19,         // value: str, a size expression
   SymIntList = 20,     // value: str, comma-separated size expressions
+  WrappedSymInt = 21,  // value: str, a size expression given for a Tensor argument (a wrapped number at run time)
 };
 
 // A 0-dim CPU tensor marked as a wrapped number: it promotes like a Python scalar (x_f16 * 2.0 stays float16).
@@ -296,7 +297,8 @@ struct AtenPlan {
       case ArgKind::WrappedInt: arg.constant = wrapped_number(attrs.get<int64_t>(k)); break;
       case ArgKind::WrappedFloat: arg.constant = wrapped_number(attrs.get<double>(k)); break;
       case ArgKind::WrappedBool: arg.constant = wrapped_number(attrs.get<bool>(k)); break;
-      case ArgKind::SymInt: arg.sizes = {aten_bridge::SizeExpr::parse(attrs.get<std::string>(k))}; break;
+      case ArgKind::SymInt:
+      case ArgKind::WrappedSymInt: arg.sizes = {aten_bridge::SizeExpr::parse(attrs.get<std::string>(k))}; break;
       case ArgKind::SymIntList: arg.sizes = aten_bridge::SizeExpr::parse_list(attrs.get<std::string>(k)); break;
       default: throw std::invalid_argument("argument " + std::to_string(i) + " has an unknown kind");
     }
@@ -410,6 +412,7 @@ struct AtenPlan {
           break;
         }
         case ArgKind::SymInt: s.emplace_back(evaluate(arg.sizes[0], shapes)); break;
+        case ArgKind::WrappedSymInt: s.emplace_back(wrapped_number(evaluate(arg.sizes[0], shapes))); break;
         case ArgKind::SymIntList: {
           std::vector<int64_t> values;
           for (const aten_bridge::SizeExpr &e : arg.sizes) values.push_back(evaluate(e, shapes));

@@ -348,7 +348,7 @@ def main(argv=None):
         print(f"{name:<30} {median * 1e3:>7.2f} ms {median / base:>8.2f}x {median / compiled:>9.2f}x {calls:>15} "
               f"{inside:>12} {shown_loss:>10}")
     if blocks > 1:
-        print(f"each block's median step (ms) and its ratio to torch eager's median; worst block last:")
+        print("each block's median step (ms) and its ratio to torch eager's median; worst block last:")
         for name, (times, *_rest) in results.items():
             medians = [statistics.median(times[WARMUP + k * options.steps:WARMUP + (k + 1) * options.steps])
                        for k in range(blocks)]

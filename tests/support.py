@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import mindspore as ms
-import numpy as np
 import torch
 from mindspore import nn, ops
 

@@ -18,7 +18,6 @@ from aot_ops import ascendc
 from aot_ops.ascendc import runtime as rt
 from aot_ops.ascendc._tiling import CannotTile, TilingError, evaluate
 from aot_ops.testing import OpCheckError, opcheck
-from support import to_ms, to_torch
 
 pytestmark = pytest.mark.slow  # each test generates, compiles and links a user's Ascend C kernel library
 

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import mindspore as ms
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import mindspore as ms
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import aot_ops
 from aot_ops import AotOp

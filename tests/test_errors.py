@@ -13,7 +13,7 @@ import torch
 from mindspore import ops
 
 import aot_ops
-from support import OpCell, assert_same, run_forward, sample, to_torch
+from support import OpCell, assert_same, run_forward, sample
 
 _identities = itertools.count()
 X = np.array([[0.0, -0.1], [-0.2, 1.0]], np.float32)

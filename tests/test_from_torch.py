@@ -12,7 +12,6 @@ from pathlib import Path
 import mindspore as ms
 import pytest
 import torch
-import torch.nn.functional as F
 from mindspore import nn as msnn
 from mindspore import ops
 from torch import nn
@@ -20,7 +19,6 @@ from torch import nn
 import aot_ops
 from aot_ops._port.program_inputs import ProgramInput
 from aot_ops._core import mindspore_private
-from aot_ops._core import primitive as _primitive
 from graph_compiles import GraphCompiles
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch

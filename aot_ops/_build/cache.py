@@ -177,7 +177,7 @@ def describe(name: str, sources: Sequence[Path], use_torch: bool, extra_cflags: 
         import torch  # the ABI flag is only known to the torch binary
 
         versions["torch"] = _version("torch") or torch.__version__
-        versions["torch_cxx11_abi"] = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        versions["torch_cxx11_abi"] = int(torch.compiled_with_cxx11_abi())
     tools = {"cxx": tool_identity(toolchain.cxx())}
     if any(s.suffix == ".c" for s in sources):
         tools["cc"] = tool_identity(toolchain.cc())

@@ -61,7 +61,7 @@ def torch_info() -> TorchInfo:
     return TorchInfo(
         include_dirs=tuple(cpp_extension.include_paths()),
         lib_dir=cpp_extension.library_paths()[0],
-        cxx11_abi=int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        cxx11_abi=int(torch.compiled_with_cxx11_abi()),
         version=torch.__version__,
     )
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch

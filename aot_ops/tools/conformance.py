@@ -29,7 +29,6 @@ import contextlib
 import json
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 

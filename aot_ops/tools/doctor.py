@@ -83,7 +83,7 @@ def check_torch() -> list[Finding]:
     try:
         import torch
 
-        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        abi = int(torch.compiled_with_cxx11_abi())
         cuda_version = torch.version.cuda
     except Exception as exc:  # a broken torch install is exactly what the doctor is for
         return [Finding("torch", FAIL, f"{version} is installed but does not import: {exc}")]

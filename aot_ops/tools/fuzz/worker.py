@@ -29,7 +29,6 @@ def _quiet():
 _quiet()
 
 import mindspore as ms  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from mindspore import ops  # noqa: E402
 from mindspore.ops import CustomRegOp, DataType  # noqa: E402

@@ -149,7 +149,7 @@ class MetaInference(PythonInference):
                 result = self.fn(*inputs)
         except Exception as exc:  # torch explains why (shape mismatch, unsupported dtype, ...)
             described = ", ".join(describe_input(s, d) for s, d in zip(shapes, dtypes))
-            raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}{_advice(exc)}") from None
+            raise InferenceError(f"{self.name}: cannot run on inputs ({described}): {exc}{_advice(exc)}") from exc
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         return [tuple(o.shape) for o in outputs], [o.dtype for o in outputs]
 

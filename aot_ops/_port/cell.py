@@ -59,7 +59,7 @@ class PortSpec:
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
     compile_programs: bool = False             # fuse="compile": compile the programs a mode runs, on first use
-    jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (pynative_graph.py)
+    jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
 
 
 class IncompatibleKeys(NamedTuple):

@@ -300,4 +300,3 @@ class LanguageModellingLoss(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
-

@@ -12,8 +12,7 @@ import transformers
 
 import aot_ops
 from aot_ops._port.sampling import Sampling, TokenChooser
-from aot_ops.tools import zoo
-from aot_ops.tools.zoo import _SMALL_DECODER, build_model
+from aot_ops.tools.zoo import FAMILIES as ZOO, _SMALL_DECODER, build_model
 from support import QUICK, to_ms, to_torch
 from test_transformers_use import decoder, left_padded_prompt
 
@@ -198,7 +197,7 @@ def test_what_the_cache_cannot_hold_is_refused_with_what_to_do(ported):
 def test_a_recurrent_cache_is_refused_with_its_reason():
     """RecurrentGemma keeps recurrent states (transformers' LinearAttentionLayer), written by different Python for
     the prompt and for each new token: not a static key/value cache one graph can carry."""
-    model, _ = zoo.FAMILIES["recurrent_gemma"].build()
+    model, _ = ZOO["recurrent_gemma"].build()
     with pytest.raises(aot_ops.PortError, match=r"RecurrentGemmaForCausalLM cannot hold transformers' StaticCache: "
                                                 r".*LinearAttentionLayer"):
         aot_ops.from_torch_lm(model, batch_size=1, max_length=8)

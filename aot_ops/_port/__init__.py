@@ -130,12 +130,11 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    ported = dict(model=model, inputs=inputs, dynamic_shapes=dynamic_shapes, fuse=fuse, input_grads=input_grads,
-                  evaluation_only=evaluation_only, trainable=trainable, compile_inputs=compile_inputs)
     # The graphs are made functional by rewriting their in-place calls where that is exact (export.py), unless
     # they are differentiated node by node (fuse=False), whose per-node gradients were checked on torch's
     # functionalisation only
-    modes = _port_modes(**ported, rewrite_in_place=bool(fuse) or evaluation_only is not None)
+    modes = _port_modes(model, inputs, dynamic_shapes, fuse, input_grads, evaluation_only, trainable, compile_inputs,
+                        rewrite_in_place=bool(fuse) or evaluation_only is not None)
     graphs, fused, refused_training = modes.graphs, modes.fused, modes.refused_training
     jit = jit and not modes.per_node_fan_out
 
@@ -162,9 +161,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
 
 @dataclass
 class _Modes:
-    """What the port made of each mode: exported programs, graphs read from them, fused programs (fuse=True)."""
+    """What the port made of each mode: the graphs read from its export, fused programs (fuse=True)."""
 
-    programs: dict[Mode, Any]
     graphs: dict[Mode, Graph]
     fused: dict[Mode, Any]
     refused_training: str | None
@@ -224,7 +222,7 @@ def _port_modes(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, fus
         if compile_inputs is not None:
             for mode, graph in fused.items():
                 graph.compile_sizes = _size_values(programs[mode], compile_inputs)
-    return _Modes(programs, graphs, fused, refused_training, fan_out)
+    return _Modes(graphs, fused, refused_training, fan_out)
 
 
 _FIXED_TYPES = (bool, int, float, str, type(None))

@@ -158,7 +158,7 @@ _collection_was_enabled = False
 @contextlib.contextmanager
 def _no_collection_off_the_main_thread():
     """No garbage collection while a Function's Python runs on a MindSpore runtime thread (the bridged operator
-    calls it there): a MindSpore Cell collected there deletes its compiled graph, which waits for the runtime's
+    calls it there; used as a decorator of the kernels and the backward): a MindSpore Cell collected there deletes its compiled graph, which waits for the runtime's
     actors to stop, including the one running this code, for ever. The collector resumes when the last such
     kernel returns; on the main thread (tracing, PyNative) nothing changes."""
     global _collection_paused, _collection_was_enabled
@@ -180,10 +180,10 @@ def _no_collection_off_the_main_thread():
 
 
 def _kernel(name: str) -> Callable:
+    @_no_collection_off_the_main_thread()
     def kernel(*tensors):
         app = _applications[name]
-        with _no_collection_off_the_main_thread():
-            _ctx, output = _forward(app, tensors, (False,) * len(app.template))
+        _ctx, output = _forward(app, tensors, (False,) * len(app.template))
         _returns_tuple[name] = isinstance(output, (tuple, list))
         return _flat_outputs(app, output, tensors)
     return kernel
@@ -194,10 +194,10 @@ def _replay_kernel(name: str) -> Callable:
     out; the layout is kept with the ctx). Being an operator, its fake implementation runs the forward under fake
     tensors alone, as torch.export did, not under AOTAutograd's tracing modes (where a constant the forward makes,
     torch.tensor(finfo.min), cannot be traced)."""
+    @_no_collection_off_the_main_thread()
     def replay(*tensors):
         app = _applications[name]
-        with _no_collection_off_the_main_thread():
-            ctx, output = _forward(app, tensors, (True,) * len(app.template))
+        ctx, output = _forward(app, tensors, (True,) * len(app.template))
         outputs = list(output) if isinstance(output, (tuple, list)) else [output]
         saved = [t for t in ctx.saved_tensors if t is not None]
         _replayed.context = (ctx, len(outputs))
@@ -224,42 +224,38 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(name: str) -> Callable:
+    @_no_collection_off_the_main_thread()
     def backward(ctx, grads):
-        with _no_collection_off_the_main_thread():
-            return _run_backward(name, ctx, grads)
+        app = _applications[name]
+        tensors = ctx.saved_tensors
+        needs = _tensor_needs(app, ctx.needs_input_grad)
+        if torch._guards.detect_fake_mode(list(tensors) + list(grads)) is not None:
+            user_ctx, outputs = _traced_forward(app, name, tensors, needs)
+        else:
+            user_ctx, output = _forward(app, tensors, needs)
+            outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        grads = list(grads)
+        for k, g in enumerate(grads):
+            if g is None and user_ctx.materialize_grads:
+                grads[k] = torch.zeros_like(outputs[k])
+        try:
+            results = app.function.backward(user_ctx, *grads)
+        except Exception as exc:
+            if torch._guards.detect_fake_mode(grads) is None:
+                raise  # a run on real values: the user's own error
+            from .errors import PortError
+            raise PortError(f"{app.label}: its backward cannot be traced into ATen operators for fuse=True "
+                            f"({type(exc).__name__}: {exc}). Port with fuse=False (the backward then runs as "
+                            "Python on real values), or write the backward without Python control flow on "
+                            "tensor values") from exc
+        results = list(results) if isinstance(results, (tuple, list)) else [results]
+        if len(results) < len(app.template):
+            raise RuntimeError(f"{app.label}: backward returned {len(results)} gradients for "
+                               f"{len(app.template)} forward arguments")
+        tensor_grads = [g for g, a in zip(results, app.template) if a is _TENSOR]
+        return tuple(g if g is None or not isinstance(g, torch.Tensor) else g.to(t.dtype)
+                     for g, t in zip(tensor_grads, tensors))
     return backward
-
-
-def _run_backward(name: str, ctx, grads) -> tuple:
-    app = _applications[name]
-    tensors = ctx.saved_tensors
-    needs = _tensor_needs(app, ctx.needs_input_grad)
-    if torch._guards.detect_fake_mode(list(tensors) + list(grads)) is not None:
-        user_ctx, outputs = _traced_forward(app, name, tensors, needs)
-    else:
-        user_ctx, output = _forward(app, tensors, needs)
-        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
-    grads = list(grads)
-    for k, g in enumerate(grads):
-        if g is None and user_ctx.materialize_grads:
-            grads[k] = torch.zeros_like(outputs[k])
-    try:
-        results = app.function.backward(user_ctx, *grads)
-    except Exception as exc:
-        if torch._guards.detect_fake_mode(grads) is None:
-            raise  # a run on real values: the user's own error
-        from .errors import PortError
-        raise PortError(f"{app.label}: its backward cannot be traced into ATen operators for fuse=True "
-                        f"({type(exc).__name__}: {exc}). Port with fuse=False (the backward then runs as "
-                        "Python on real values), or write the backward without Python control flow on "
-                        "tensor values") from exc
-    results = list(results) if isinstance(results, (tuple, list)) else [results]
-    if len(results) < len(app.template):
-        raise RuntimeError(f"{app.label}: backward returned {len(results)} gradients for "
-                           f"{len(app.template)} forward arguments")
-    tensor_grads = [g for g, a in zip(results, app.template) if a is _TENSOR]
-    return tuple(g if g is None or not isinstance(g, torch.Tensor) else g.to(t.dtype)
-                 for g, t in zip(tensor_grads, tensors))
 
 
 def _fixed(value) -> Any:

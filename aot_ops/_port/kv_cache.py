@@ -36,6 +36,7 @@ class StaticCacheLM(torch.nn.Module):
 
         from transformers import StaticCache
         from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+
         config = model.config.get_text_config()
         self.model = model
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters  # not Bloom (ALiBi)

@@ -81,6 +81,45 @@ def test_greedy_tokens_equal_torchs_generate_with_the_cache(name, fuse, ported):
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
+def test_the_program_writes_the_cache_where_it_lives(ported):
+    """The fused step returns the logits alone and writes every layer's keys and values into the cache Parameters
+    itself (in place: transformers' index_copy_), in both modes: after a prompt and a step they hold what torch's
+    StaticCache holds."""
+    from aot_ops._port.kv_cache import StaticCacheLM
+
+    model, lm = ported["llama", True]
+    fused = lm.cell.mode_programs["eval"].fused
+    caches = [key for key, _ in lm.cell.parameters_and_names() if "_cache_" in key]
+    assert sorted(fused.inference_writes) == sorted(caches) and len(caches) == 2 * model.config.num_hidden_layers
+    assert fused.inference.num_outputs == 1 and fused.inference.attrs["program_nodes"].count("writes_input") == \
+        len(caches)
+    ids, mask = left_padded_prompt()
+    # other tokens than the other tests' prompt, whose keys and values earlier generations left in the cache
+    ids = torch.randint(2, model.config.vocab_size, ids.shape, generator=torch.Generator().manual_seed(3))
+    length = ids.shape[1]
+    full_mask = torch.zeros(2, MAX_LENGTH, dtype=torch.long)
+    full_mask[:, :length] = mask
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    calls = [(ids, full_mask.clone(), positions, torch.arange(length))]
+    full_mask[:, length] = 1
+    calls.append((torch.tensor([[5], [9]]), full_mask, positions[:, -1:] + 1, torch.tensor([length])))
+    reference = StaticCacheLM(model, 2, MAX_LENGTH).eval()
+    with torch.no_grad():
+        for call in calls:
+            reference(*call)
+    try:
+        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+            ms.set_context(mode=mode)
+            for call in calls:
+                lm.cell(*(to_ms(t) for t in call))
+            for key in caches:  # the positions written (the others hold what earlier generations left)
+                torch.testing.assert_close(to_torch(getattr(lm.cell, key))[:, :, :length + 1],
+                                           getattr(reference, key)[:, :, :length + 1], rtol=1e-5, atol=1e-5,
+                                           msg=f"{key}, mode {mode}")
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
 def test_half_precision_model_generates_torchs_tokens_in_both_modes(dtype):
     """The cache in bfloat16 (MindSpore's CPU Assign has no bfloat16 kernel: the cell copies in place instead) and

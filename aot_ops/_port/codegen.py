@@ -218,25 +218,31 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
             return f"self.const_{mode}_{name}"
         return name
 
-    def calls(indent: str, operator: str, program, inputs) -> list[str]:
+    def calls(indent: str, training: bool) -> list[str]:
+        """One program's call, its buffer updates (those it does not write itself), and the module's outputs."""
+        if training:
+            operator, program, inputs = "program", fused.forward, fused.inputs
+            updates, outputs = fused.buffer_updates, fused.user_outputs
+        else:
+            operator, program, inputs = "inference", fused.inference, fused.inference_inputs
+            updates, outputs = fused.inference_buffer_updates, fused.inference_user_outputs
         call = f"self.ops_{mode}.{operator}({', '.join(value(i) for i in inputs)})"
-        return _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
-                     indent + "    ")
+        lines = _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
+                      indent + "    ")
+        lines.extend(f"{indent}self.assign({state_expr(key)}, outs[{k}])" for key, k in updates)
+        lines.append(f"{indent}return {_structure(graph.out_spec, iter([f'outs[{k}]' for k in outputs]))}")
+        return lines
 
     lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
     # Training runs the forward program (its saved tensors feed the backward), evaluation the inference program
     if mode == "train":
-        lines.extend(calls("        ", "program", fused.forward, fused.inputs))
+        lines.extend(calls("        ", training=True))
     elif mode == "eval":
-        lines.extend(calls("        ", "inference", fused.inference, fused.inference_inputs))
+        lines.extend(calls("        ", training=False))
     else:
         lines.append("        if self.training:")
-        lines.extend(calls("            ", "program", fused.forward, fused.inputs))
-        lines.append("        else:")
-        lines.extend(calls("            ", "inference", fused.inference, fused.inference_inputs))
-    for key, k in fused.buffer_updates:
-        lines.append(f"        self.assign({state_expr(key)}, outs[{k}])")
-    lines.append(f"        return {_structure(graph.out_spec, iter([f'outs[{k}]' for k in fused.user_outputs]))}")
+        lines.extend(calls("            ", training=True))
+        lines.extend(["        else:", *calls("            ", training=False)])
     return lines
 
 

@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
+from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource
 from .errors import PortError
 from .graph import Graph, bind_symbols, read_module
@@ -49,6 +50,11 @@ class FusedGraph:
     # tensors for its 2 outputs).
     inference: Program | None = None
     inference_inputs: list[ProgramInput] = field(default_factory=list)  # as `inputs`, for `inference`
+    # As buffer_updates and user_outputs, for `inference`: an inference-only program writes its buffer updates
+    # into the buffers itself (buffer_writes.py), returning the module's outputs alone.
+    inference_buffer_updates: list[tuple[str, int]] = field(default_factory=list)
+    inference_user_outputs: list[int] = field(default_factory=list)
+    inference_writes: list[str] = field(default_factory=list)  # buffer keys the inference program writes itself
     # Each program's graph as a torch module, for fuse="compile" (compiled.py): "forward", "backward", "inference".
     sources: dict[str, GraphSource] = field(default_factory=dict, repr=False)
     # With dynamic sizes: the value each size symbol takes in the one signature fuse="compile" compiles (the other
@@ -75,7 +81,7 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
     output_specs = program.graph_signature.output_specs
     if inference_only:
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
-        _add_inference(fused, program, graph, label)
+        _add_inference(fused, program, graph, label, write_buffers=True)
         return fused
     joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
     _save_inputs_not_their_views(joint)
@@ -268,9 +274,13 @@ def _user_outputs(output_specs) -> list[int]:
     return [k for k, spec in enumerate(output_specs) if spec.kind.name == "USER_OUTPUT"]
 
 
-def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, label: str) -> None:
+def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, label: str,
+                   write_buffers: bool = False) -> None:
     """The exported graph (read as `graph`, with every input's shape readable) as the inference program: its inputs
-    are the exported placeholders in order (as the forward program's), then the constants the reading folded."""
+    are the exported placeholders in order (as the forward program's), then the constants the reading folded.
+    `write_buffers` (nothing differentiates the program): it writes its buffer updates into the buffers
+    (buffer_writes.py) and returns the module's outputs alone; otherwise the buffer updates first, as the forward
+    program."""
     placeholders = [n.name for n in program.graph.nodes if n.op == "placeholder"]
     specs = program.graph_signature.input_specs
     inputs = list(placeholders)
@@ -281,17 +291,31 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
             constant = ProgramInput.constant(Origin.INFERENCE, name)
             kinds.append(constant)
             fused.constants[constant.name] = tensor
+    output_specs = program.graph_signature.output_specs
     user, buffers = iter(graph.outputs), iter(value for _key, value in graph.buffer_updates)
-    outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user)
-               for spec in program.graph_signature.output_specs]
+    outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user) for spec in output_specs]
     nodes = {n.name: n for n in program.graph.nodes}
-    fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
+    picks = list(range(len(outputs)))  # of the exported graph's outputs, for the compiled program
+    if write_buffers and graph.buffer_updates:
+        buffer_input = {key: name for name, key in graph.state.items()}
+        writes = [(buffer_input[key], value) for key, value in graph.buffer_updates]
+        graph = written_in_place(graph, writes, {name: n.meta.get("val") for name, n in nodes.items()})
+        user_positions = _user_outputs(output_specs)
+        outputs = [outputs[k] for k in user_positions]
+        picks = user_positions + [k for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
+        fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders),
+                                writes=writes)
+        fused.inference_buffer_updates, fused.inference_user_outputs = [], list(range(len(outputs)))
+        fused.inference_writes = [key for key, _ in graph.buffer_updates]
+    else:
+        fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
+        fused.inference_buffer_updates, fused.inference_user_outputs = fused.buffer_updates, fused.user_outputs
     fused.inference_inputs = kinds
     for spec in specs:  # tensors torch.export lifted out of the module (a scalar written into a slice)
         if spec.kind == InputKind.CONSTANT_TENSOR:
             fused.constants[_program_input(spec).name] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
-    fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), list(range(len(outputs))),
+    fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), picks,
                                              _examples(nodes, placeholders, folded))
 
 

@@ -102,9 +102,10 @@ def node_attributes(op: Operator) -> dict[str, Any]:
 
 
 def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str], out_shapes: list,
-          out_dtypes: list[torch.dtype]) -> Program:
+          out_dtypes: list[torch.dtype], writes: Sequence[tuple[str, str]] = ()) -> Program:
     """The program computing `outputs` (value names) of `graph` from `inputs` (value names, MindSpore's inputs in
-    order). `out_shapes`: each output's shape as ints and size expressions over the inputs."""
+    order). `out_shapes`: each output's shape as ints and size expressions over the inputs. `writes`: (input,
+    value) pairs: the program writes the value into that input's memory (buffer_writes.py), instead of returning it."""
     slot: dict[str, int] = {value: k for k, value in enumerate(inputs)}
     first_result: dict[str, int] = {}
     nodes: dict[str, Any] = {}
@@ -125,17 +126,27 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
         nodes[prefix + "source"] = step.source
         if step.reads_graph_inputs:
             nodes[prefix + "graph_shapes"] = True
+        if overload_writes(step.target):
+            nodes[prefix + "writes_input"] = True
         first_result[step.name] = next_slot
         slot[step.name] = next_slot
         next_slot += results
         count += 1
-    for value in outputs:
+    for value in [*outputs, *(v for _, v in writes)]:
         if value not in slot:
             raise PortError(f"the output {value} is not computed by the program")
     attrs: dict[str, Any] = dict(program_name=name, program_num_inputs=len(inputs), program_num_nodes=count,
                                  program_outputs=[slot[v] for v in outputs],
                                  program_out_shapes=encode_shapes(out_shapes), program_nodes=pack(nodes))
+    if writes:
+        attrs["program_writes"] = [n for target, value in writes for n in (inputs.index(target), slot[value])]
     return Program(with_key(attrs), len(inputs), list(out_dtypes))
+
+
+def overload_writes(target: str) -> bool:
+    """Whether the overload writes into an argument (a node buffer_writes.py made in place)."""
+    overload = _schema.overload_for(target)
+    return overload is not None and overload._schema.is_mutable
 
 
 def with_key(attrs: dict[str, Any]) -> dict[str, Any]:

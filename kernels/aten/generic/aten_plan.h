@@ -145,10 +145,11 @@ struct AtenPlan {
 
   // `allow_factories`: a program's node may create a tensor from sizes alone (an RNN's zero initial state sized by
   // the batch), a lone operator may not (AtenOp runs what its attributes name; see refusal_of).
-  explicit AtenPlan(const ms_ext::Attrs &attrs, bool allow_factories = false)
+  // `allow_writing_first`: a program's node may write its first argument in place (call_policy.h, refusal_of).
+  explicit AtenPlan(const ms_ext::Attrs &attrs, bool allow_factories = false, bool allow_writing_first = false)
       : name(attrs.get<std::string>("aten_op")) {
     try {
-      parse(attrs, allow_factories);
+      parse(attrs, allow_factories, allow_writing_first);
     } catch (const Refused &refused) {
       throw Refused(name + ": " + refused.what(), refused.reason);
     } catch (...) {  // the operator's name first: these errors surface as the kernel's (AtenOp) initialisation
@@ -171,13 +172,13 @@ struct AtenPlan {
     return "";
   }
 
-  void parse(const ms_ext::Attrs &attrs, bool allow_factories) {
+  void parse(const ms_ext::Attrs &attrs, bool allow_factories, bool allow_writing_first) {
     const std::string internal = tracing_namespace_refusal(name);
     if (!internal.empty()) throw Refused("cannot be bridged: " + internal, internal);
     op = find_operator(name);
     shape_inputs = static_cast<int>(attrs.get<int64_t>("aten_shape_inputs", 0));
     // A factory sized by another input's shape (shape_inputs) is a tensor -> tensor operator like any other.
-    const std::string refused = refusal_of(*op, allow_factories || shape_inputs > 0);
+    const std::string refused = refusal_of(*op, allow_factories || shape_inputs > 0, allow_writing_first);
     if (!refused.empty()) throw Refused("cannot be bridged: " + refused, refused);
     const std::string out_name = attrs.get<std::string>("aten_out_op", "");
     if (!out_name.empty()) {

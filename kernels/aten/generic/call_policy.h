@@ -97,6 +97,16 @@ inline std::string tracing_namespace_refusal(const std::string &name) {
   return "";
 }
 
+// Whether the only argument the operator writes is its first (a Tensor(a!) self, as index_copy_'s).
+inline bool writes_first_argument_only(const c10::FunctionSchema &schema) {
+  const auto &args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool written = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+    if (written != (i == 0)) return false;
+  }
+  return !args.empty();
+}
+
 // Why the bridge does not run this operator ("" when it does, or when its call decides: see CallRule): the one
 // policy for every call, whether it comes from aot_ops (which asks through aot_ops_aten_call_refusal before
 // making an operator) or from a hand-written primitive with these attributes. The bridge runs functional
@@ -106,7 +116,9 @@ inline std::string tracing_namespace_refusal(const std::string &name) {
 // - nothing that writes into its arguments (in-place and out= overloads would change MindSpore's input buffers);
 // - no random numbers (they cannot match torch), no output sizes that depend on input values;
 // - tensor results only, and at least one tensor argument (a factory such as from_file reads files).
-inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories) {
+// `allow_writing_first`: a program's node that writes its first argument in place (a key/value cache's
+// index_copy_ into the buffer the program was given to update: aot_ops/_port/buffer_writes.py decides it is exact).
+inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factories, bool allow_writing_first = false) {
   const c10::FunctionSchema &schema = op.schema();
   const std::string internal = tracing_namespace_refusal(schema.name());
   if (!internal.empty()) return internal;
@@ -116,7 +128,8 @@ inline std::string refusal_of(const c10::OperatorHandle &op, bool allow_factorie
   }
   if (op.hasTag(at::Tag::data_dependent_output))
     return "its output depends on the input values in a way that cannot be inferred";
-  if (schema.is_mutable()) return "it modifies its arguments (use the functional overload)";
+  if (schema.is_mutable() && !(allow_writing_first && writes_first_argument_only(schema)))
+    return "it modifies its arguments (use the functional overload)";
   if (schema.returns().empty()) return "it returns nothing";
   for (const c10::Argument &ret : schema.returns()) {
     const c10::TypePtr &type = ret.type();

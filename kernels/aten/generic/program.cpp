@@ -10,6 +10,11 @@
 //   program_num_inputs   int        the tensors MindSpore passes as inputs
 //   program_num_nodes    int
 //   program_outputs      int list   the slot of each output
+//   program_writes       int list   optional: (input index, slot) pairs, flattened: after the nodes, each slot's value
+//                                   is written into that input's memory (a buffer the program updates where it
+//                                   lives: a key/value cache). A node that already wrote it in place (its result
+//                                   is the input itself) costs nothing; any other value is copied. MindSpore is
+//                                   given no output for it.
 //   program_out_shapes   str        output shapes as size expressions over the inputs (size_expr.h), for the C++
 //                                   shape inference (also with a dynamic batch in GRAPH_MODE)
 //   program_nodes        str        the nodes' attributes below, packed (ms_ext::Attrs::unpack): MindSpore converts
@@ -20,6 +25,7 @@
 //                                   nodes run every other size
 //   program_input_shapes int list   with a package: each input's rank then its sizes, as compiled
 //   program_input_dtypes str        with a package: each input's dtype (MindSpore's names), comma-separated
+//                                   (a package returns the outputs, then the written values in program_writes' order)
 // and packed in program_nodes:
 //   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
 //                        aten_arg_<i>, ...), plus
@@ -27,6 +33,7 @@
 //   n<k>_results         int        how many tensors it returns (they take the next slots)
 //   n<k>_source          str        the torch node and source line it came from, for errors
 //   n<k>_graph_shapes    bool       its size expressions also read the program inputs' shapes (optional)
+//   n<k>_writes_input    bool       it writes its first argument in place (optional): a buffer of program_writes
 // Slots 0..inputs-1 hold MindSpore's inputs; each node's results take the next free slot numbers in node order.
 // Sizes that depend on input shapes are evaluated per node at run time, from its own inputs' shapes, followed for
 // an n<k>_graph_shapes node by the program inputs' shapes (a size its own inputs do not show: expanding a 0-dim
@@ -59,7 +66,7 @@ struct ProgramNode {
   std::vector<int64_t> release;  // slots last read by this node: freed after it runs (peak memory as torch's)
 
   ProgramNode(const ms_ext::Attrs &attrs, int first)
-      : plan(attrs, /*allow_factories=*/true), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
+      : plan(attrs, /*allow_factories=*/true, attrs.get<bool>("writes_input", false)), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
         num_results(static_cast<int>(attrs.get<int64_t>("results"))), source(attrs.get<std::string>("source", "")),
         graph_shapes(attrs.get<bool>("graph_shapes", false)) {
     if (plan.num_inputs < 0 || static_cast<size_t>(plan.num_inputs) != slots.size())
@@ -137,6 +144,7 @@ struct Program {
   int num_slots = 0;
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
   std::vector<int64_t> outputs;
+  std::vector<std::pair<int, int64_t>> writes;  // (input index, slot): program_writes
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
   // program_package: runs instead of the nodes; with the nodes too (dynamic sizes), for the inputs it was
   // compiled for, the nodes running every other size.
@@ -145,9 +153,17 @@ struct Program {
   explicit Program(const ms_ext::Attrs &attrs)
       : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
         outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
+    const std::vector<int64_t> flat_writes = attrs.get<std::vector<int64_t>>("program_writes", {});
+    if (flat_writes.size() % 2 != 0) throw std::invalid_argument("program_writes is not a list of pairs");
+    for (size_t k = 0; k < flat_writes.size(); k += 2) {
+      if (flat_writes[k] < 0 || flat_writes[k] >= num_inputs)
+        throw std::invalid_argument("program_writes names input " + std::to_string(flat_writes[k]) + " of " +
+                                    std::to_string(num_inputs));
+      writes.emplace_back(static_cast<int>(flat_writes[k]), flat_writes[k + 1]);
+    }
     if (attrs.has("program_package")) {
       try {
-        compiled = std::make_unique<const CompiledBody>(attrs, outputs.size());
+        compiled = std::make_unique<const CompiledBody>(attrs, outputs.size() + writes.size());
       } catch (...) {
         throw std::runtime_error("cannot load the compiled package " + attrs.get<std::string>("program_package") +
                                  ": " + ms_ext::detail::describe_current_exception());
@@ -168,18 +184,26 @@ struct Program {
     }
     for (int64_t slot : outputs)
       if (slot < 0 || slot >= num_slots) throw std::invalid_argument("an output reads slot " + std::to_string(slot));
-    // Each slot is freed after its last reader, unless it is an output.
+    for (const auto &[input, slot] : writes)
+      if (slot < 0 || slot >= num_slots) throw std::invalid_argument("a write reads slot " + std::to_string(slot));
+    // Each slot is freed after its last reader, unless it is an output or written back.
     std::vector<int64_t> last_reader(num_slots, -1);
     for (size_t k = 0; k < nodes.size(); ++k)
       for (int64_t slot : nodes[k].slots) last_reader[slot] = static_cast<int64_t>(k);
     for (int64_t slot : outputs) last_reader[slot] = -1;
+    for (const auto &[input, slot] : writes) last_reader[slot] = -1;
     for (int64_t slot = 0; slot < num_slots; ++slot)
       if (last_reader[slot] >= 0) nodes[last_reader[slot]].release.push_back(slot);
   }
 
-  // Runs every node; the results of the output slots, in order.
+  // Runs every node and writes program_writes' values into their inputs; the results of the output slots, in order.
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
-    if (compiled && (nodes.empty() || compiled->accepts(inputs))) return compiled->run(inputs);
+    if (compiled && (nodes.empty() || compiled->accepts(inputs))) {
+      std::vector<at::Tensor> results = compiled->run(inputs);
+      for (size_t k = 0; k < writes.size(); ++k) write_back(inputs, writes[k].first, results[outputs.size() + k]);
+      results.resize(outputs.size());
+      return results;
+    }
     // No tensor of a program outlives its launch (results are copied into MindSpore's buffers), so the dispatcher
     // may skip autograd and view tracking for every node.
     c10::InferenceMode inference;
@@ -214,9 +238,24 @@ struct Program {
       }
       for (int64_t slot : node.release) slots[slot].reset();
     }
+    for (const auto &[input, slot] : writes) write_back(inputs, input, slots[slot]);
     std::vector<at::Tensor> out;
     for (int64_t slot : outputs) out.push_back(slots[slot]);
     return out;
+  }
+
+  // `value` into input `input`'s memory, unless a node wrote it there already (its result is that memory).
+  void write_back(const std::vector<at::Tensor> &inputs, int input, const at::Tensor &value) const {
+    const at::Tensor &target = inputs[input];
+    if (value.data_ptr() == target.data_ptr() && value.sizes() == target.sizes() && value.strides() == target.strides())
+      return;
+    if (value.sizes() != target.sizes() || value.scalar_type() != target.scalar_type())
+      throw std::logic_error("the value written into input " + std::to_string(input) + " is " +
+                             std::string(c10::toString(value.scalar_type())) + c10::str(value.sizes()) +
+                             ", the input " + std::string(c10::toString(target.scalar_type())) +
+                             c10::str(target.sizes()));
+    c10::InferenceMode inference;
+    at::Tensor(target).copy_(value);
   }
 };
 

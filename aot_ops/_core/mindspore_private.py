@@ -65,3 +65,22 @@ def free_jit_phases(phases: set[str]) -> int:
             JitExecutor_.get_instance().del_net_res(None, phases)
         ms_compile_cache.difference_update(phases)
     return len(phases)
+
+
+def run_compiled_graph(cell, args: tuple):
+    """The graph GRAPH_MODE compiled for `cell` in its current phase, run with `args` as Cell.__call__ runs it
+    once compiled; None where there is none yet (the first call, a phase not compiled, a new creation time:
+    recompile_on_next_call), and the caller then calls the Cell. Skipped: Cell.__call__'s argument binding and
+    checks and compile(), which finds the graph already there (0.5-0.9 ms of a 4 ms decoding step,
+    docs/performance.md). MindSpore keys the graph on the Cell's `arguments_key` of its last compile; the caller
+    must pass arguments of the signature compiled (PortedCell checks every input's rank, sizes and dtype against
+    its port, and a ported cell's signature is fixed: its dynamic dimensions are declared with set_inputs).
+    Checked by every GRAPH_MODE test that calls a ported cell twice (tests/test_from_torch.py)."""
+    from mindspore.graph.api import _cell_graph_executor, _real_phase
+
+    if getattr(cell, "arguments_key", None) is None:
+        return None
+    phase = _real_phase(cell.phase, cell)
+    if not _cell_graph_executor.has_compiled(phase):
+        return None
+    return _cell_graph_executor._exec_pip(cell, *args, phase=phase)

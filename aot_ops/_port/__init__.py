@@ -25,7 +25,7 @@ from .export import CACHE_ADVICE, Inputs, export
 from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
 from .module_tree import Structure
-from .modes import Mode
+from .modes import Mode, constant_attribute
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 
@@ -148,7 +148,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     cls, path = _load_class(_class_name(name), source)
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
-        constants={f"{mode}_{k}": v for mode, g in (fused or graphs).items() for k, v in g.constants.items()},
+        constants={constant_attribute(mode, k): v for mode, g in (fused or graphs).items()
+                   for k, v in g.constants.items()},
         inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
         training=model.training and evaluation_only is None,
         refused_training=refused_training,

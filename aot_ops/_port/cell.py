@@ -22,14 +22,14 @@ from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
 from .._core.convert import owning_parameter, to_ms, to_torch, torch_view
-from .._core.mindspore_private import has_hooks, recompile_on_next_call
+from .._core.mindspore_private import has_hooks, recompile_on_next_call, run_compiled_graph
 from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
 from .call_inputs import bind_inputs, check_inputs
 from .errors import PortError
 from .graph_entry import COLLECTED_GRAPHS, PyNativeGraph, sync_phase
 from .mode_programs import ModePrograms
-from .modes import Mode
+from .modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from .module_tree import OperatorSet, add_parameter, build_module_cells, describe_counts
 
 
@@ -51,7 +51,7 @@ class PortSpec:
     module_name: str
     modules: list[tuple[str, str]]             # (path, class name) of every submodule, parents first
     state: list[StateEntry]
-    constants: dict[str, torch.Tensor]
+    constants: dict[str, torch.Tensor]         # by the attribute the cell holds each in (modes.constant_attribute)
     inputs: list                               # graph.UserInput of the user inputs
     out_spec: object                           # the outputs' structure (a torch pytree spec)
     training: bool                             # the module's mode when it was ported
@@ -106,17 +106,17 @@ class PortedCell(nn.Cell):
         for entry in spec.state:
             if entry.alias_of is not None:
                 self._parameters[entry.key] = self._parameters[entry.alias_of]
-        for name, tensor in spec.constants.items():
-            setattr(self, f"const_{name}", to_ms(tensor))
+        for attribute, tensor in spec.constants.items():
+            setattr(self, attribute, to_ms(tensor))
         self.assign = StateWrite()
         # Not cells: held in __dict__, out of MindSpore's attribute machinery.
         self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_programs)
                                            for mode, fused in spec.fused.items()}
         self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():
-            setattr(self, f"ops_{mode}", operators)
+            setattr(self, operators_attribute(mode), operators)
         super().set_train(spec.training)
-        flat = getattr(sys.modules[type(self).__module__], f"Flat{type(self).__name__}", None)
+        flat = getattr(sys.modules[type(self).__module__], flat_twin_class(type(self).__name__), None)
         # Not a child cell (a child would show in print(cell) and be a second owner of the parameters).
         self.__dict__["_flat_twin"] = flat(self) if flat is not None else None
         self.jit = spec.jit
@@ -144,10 +144,13 @@ class PortedCell(nn.Cell):
                     if flat_twin is not None:
                         return tree_unflatten(list(result), spec)
                 elif graph_mode:
-                    sync_phase(flat_twin or self, self.training)
+                    target = flat_twin or self
+                    sync_phase(target, self.training)
+                    result = run_compiled_graph(target, args)  # after the first call: the graph, directly
+                    if result is None:
+                        result = target(*args) if flat_twin is not None else super().__call__(*args)
                     if flat_twin is not None:
-                        return tree_unflatten(list(flat_twin(*args)), spec)
-                    result = super().__call__(*args)
+                        return tree_unflatten(list(result), spec)
                 else:
                     result = super().__call__(*args)
             except Exception as exc:
@@ -219,7 +222,7 @@ class PortedCell(nn.Cell):
 
     def _constant_of(self, mode: str):
         """The cell's value of a constant input of `mode`'s programs (the attribute the generated source reads)."""
-        return lambda program_input: getattr(self, f"const_{Mode(mode).value}_{program_input.name}")
+        return lambda program_input: getattr(self, constant_attribute(mode, program_input.name))
 
     def extend_repr(self):
         return f"{self.module_name}{describe_counts(self._spec.operator_counts, '')}"
@@ -244,7 +247,7 @@ class PortedCell(nn.Cell):
 
     def _rebuild_operators(self) -> None:
         for mode, operators in self.make_operators().items():
-            setattr(self, f"ops_{mode}", operators)
+            setattr(self, operators_attribute(mode), operators)
         self._forget_compiled_graphs()  # GRAPH_MODE compiles the graphs again, with the new operators
 
     # ---- weights both ways -------------------------------------------------------------------------------------

@@ -21,10 +21,13 @@ from .._core.bprops import bprop_source
 from .._core.dtypes import ms_name
 from .errors import PortError
 from .graph import Graph, Item, Operator
-from .modes import Mode
+from .modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from .program_inputs import ProgramInput, SavedFrom, Source
 
 _LINE = 118
+
+# The modes as the generated source names them (its tables are keyed by the modes' values)
+_TRAIN, _EVAL, _BOTH = Mode.TRAIN.value, Mode.EVAL.value, Mode.BOTH.value
 
 
 def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
@@ -86,10 +89,10 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
         out.append(f"        {Mode(mode).attribute} = OperatorSet({Mode(mode).label!r})")
         if fused:
             has_backward = fused[mode].backward is not None
-            if mode != "eval":
+            if mode != _EVAL:
                 out.append(f"        {Mode(mode).attribute}.program = self.make_program({mode!r}, "
                            f"{'_bprop_' + mode if has_backward else 'None'})")
-            if mode != "train":
+            if mode != _TRAIN:
                 out.append(f"        {Mode(mode).attribute}.inference = self.make_inference({mode!r}, "
                            f"{'_inference_bprop_' + mode if has_backward else 'None'})")
             continue
@@ -113,11 +116,11 @@ def _construct(module_name: str, inputs: list, graphs: dict[str, Graph], refused
         for spec in inputs:
             if spec.dtype.is_floating_point or spec.dtype.is_complex:
                 out.append(f"        {spec.name} = _ops.stop_gradient({spec.name})  # input_grads=False")
-    if "both" in graphs:
+    if _BOTH in graphs:
         out.append(f"        return self.forward_both({params})")
     else:
         out.append("        if self.training:")
-        if "train" in graphs:
+        if _TRAIN in graphs:
             out.append(f"            return self.forward_train({params})")
         else:
             out.append(f"            raise RuntimeError({refused_training!r})")
@@ -140,7 +143,7 @@ def _flat_twin(class_name: str, params: str, spec) -> list[str]:
     twin at the top level and rebuilds the dict in Python; inside other graphs the dict is fine."""
     leaves = ", ".join(f"out{path}" for path in _leaf_paths(spec)) + ("," if spec.num_leaves == 1 else "")
     return ["", "",
-            f"class Flat{class_name}(_ms.nn.Cell):",
+            f"class {flat_twin_class(class_name)}(_ms.nn.Cell):",
             "    def __init__(self, cell):",
             "        super().__init__(auto_prefix=False)  # the ported cell's parameters keep their names",
             "        self.cell = cell",
@@ -183,11 +186,11 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], differen
             key = graph.state[name]
             return copies.get(key) or state_expr(key)
         if name in graph.constants:
-            return f"self.const_{mode}_{name}"
+            return f"self.{constant_attribute(mode, name)}"
         return name
 
     lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
-    ops = f"self.ops_{mode}"
+    ops = f"self.{operators_attribute(mode)}"
     # An operator returning a list of one tensor (unbind over a size-1 dimension) gives the tensor itself, as every
     # one-output MindSpore operator does: its item is the result, not the result's first row.
     bare = {step.name for step in graph.steps if not isinstance(step, Item) and step.num_outputs == 1}
@@ -215,7 +218,7 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
         if program_input.source is Source.STATE:
             return copies.get(name) or state_expr(name)
         if program_input.source is Source.CONSTANT:
-            return f"self.const_{mode}_{name}"
+            return f"self.{constant_attribute(mode, name)}"
         return name
 
     def calls(indent: str, training: bool) -> list[str]:
@@ -226,7 +229,7 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
         else:
             operator, program, inputs = "inference", fused.inference, fused.inference_inputs
             updates, outputs = fused.inference_buffer_updates, fused.inference_user_outputs
-        call = f"self.ops_{mode}.{operator}({', '.join(value(i) for i in inputs)})"
+        call = f"self.{operators_attribute(mode)}.{operator}({', '.join(value(i) for i in inputs)})"
         lines = _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
                       indent + "    ")
         lines.extend(f"{indent}self.assign({state_expr(key)}, outs[{k}])" for key, k in updates)
@@ -235,9 +238,9 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
 
     lines = [f"    def forward_{mode}(self, {', '.join(i.name for i in graph.inputs)}):", *read_lines]
     # Training runs the forward program (its saved tensors feed the backward), evaluation the inference program
-    if mode == "train":
+    if mode == _TRAIN:
         lines.extend(calls("        ", training=True))
-    elif mode == "eval":
+    elif mode == _EVAL:
         lines.extend(calls("        ", training=False))
     else:
         lines.append("        if self.training:")

@@ -1,6 +1,7 @@
 """How a call from Python enters a ported cell as a compiled MindSpore graph.
 
-- GRAPH_MODE: MindSpore compiles the Cell called (the ported cell, or its flat twin when the outputs hold dicts).
+- GRAPH_MODE: MindSpore compiles the Cell called (the ported cell, or its flat twin when the outputs hold dicts);
+  once compiled, the ported cell runs that graph directly (_core/mindspore_private.py: run_compiled_graph).
 - PyNative: the same cell as one `ms.jit` graph (from_torch's default jit=True), forward and backward. PyNative
   otherwise runs every operator through MindSpore's asynchronous queues, whose threads wait for work by spinning;
   on a machine with few cores they take the CPU from the thread that runs the kernels, and a plain training loop

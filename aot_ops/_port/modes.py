@@ -37,3 +37,21 @@ class Mode(str, enum.Enum):
 
 _LABELS = {Mode.TRAIN: "training", Mode.EVAL: "evaluation", Mode.BOTH: "training and evaluation"}
 _ATTRIBUTES = {Mode.TRAIN: "train", Mode.EVAL: "eval_", Mode.BOTH: "both"}
+
+
+# The names the generated source and PortedCell share: the generated methods read these attributes, which the cell
+# sets (codegen.py writes `self.<name>`, cell.py sets and reads it); both build them here.
+
+def constant_attribute(mode: str, name: str) -> str:
+    """The cell's attribute holding the constant `name` of `mode`'s graph or programs."""
+    return f"const_{Mode(mode).value}_{name}"
+
+
+def operators_attribute(mode: str) -> str:
+    """The cell's attribute holding `mode`'s operators (an OperatorSet)."""
+    return f"ops_{Mode(mode).value}"
+
+
+def flat_twin_class(class_name: str) -> str:
+    """The generated module's class returning a cell's dict outputs as a flat tuple, beside `class_name`."""
+    return f"Flat{class_name}"

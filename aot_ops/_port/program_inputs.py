@@ -15,7 +15,7 @@ class Source(enum.Enum):
     """Where the value of a program input comes from when the cell runs."""
 
     STATE = "state"        # a parameter or buffer: the cell's Parameter of that state_dict key
-    CONSTANT = "constant"  # a tensor fixed at port time: the cell's attribute const_<mode>_<name>
+    CONSTANT = "constant"  # a tensor fixed at port time: the cell attribute modes.constant_attribute names
     USER = "input"         # one of the module's inputs, by the name the forward method gives it
 
 

@@ -260,6 +260,8 @@ def test_compiled_one_token_step_decodes_like_torch():
     program = lm.cell.mode_programs["eval"].program("inference")
     # compiled for the one-token step; the interpreted nodes are kept for the prompt's sizes
     assert is_compiled(program) and "program_nodes" in program.attrs
+    # the package writes the cache itself (the token's keys and values), the prompt's nodes write it in place
+    assert program.attrs["program_package_writes"] and program.num_outputs == 1 and program.attrs["program_writes"]
     flat, shapes = list(program.attrs["program_input_shapes"]), []
     while flat:
         rank = flat.pop(0)

@@ -70,6 +70,9 @@ class GraphSource:
     picks: list[int]
     inputs: list[tuple[tuple[int, ...], torch.dtype]]
     configs: dict = field(default_factory=dict)
+    # (program input, module output): the program writes that output into that input (program_writes); compiled,
+    # the package writes it itself (Inductor then writes the changed positions only: a cache's new token)
+    writes: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Program(torch.nn.Module):
@@ -80,10 +83,13 @@ class _Program(torch.nn.Module):
         self.graph = source.module
         self.num_used = source.num_used
         self.picks = list(source.picks)
+        self.writes = list(source.writes)
 
     def forward(self, *inputs):
         outs = self.graph(*inputs[:self.num_used])
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        for i, k in self.writes:
+            inputs[i].copy_(outs[k])
         return tuple(outs[k] for k in self.picks)
 
 
@@ -104,6 +110,8 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
     attrs = dict(program.attrs) if dynamic else {k: v for k, v in program.attrs.items()
                                                  if k not in ("program_nodes", "program_num_nodes")}
     attrs["program_package"] = str(package)
+    if source.writes:
+        attrs["program_package_writes"] = True  # the package writes program_writes' inputs itself
     attrs["program_input_shapes"] = [n for shape in shapes for n in (len(shape), *shape)]
     attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
     return Program(with_key(attrs), program.num_inputs, list(program.out_dtypes))
@@ -153,7 +161,7 @@ def _key(source: GraphSource, examples: tuple[torch.Tensor, ...]) -> str:
 
     digest = hashlib.sha256()
     code = "\n".join(line for line in source.module.code.splitlines() if not line.strip().startswith("#"))
-    description = dict(format=FORMAT, code=code, used=source.num_used, picks=source.picks,
+    description = dict(format=FORMAT, code=code, used=source.num_used, picks=source.picks, writes=source.writes,
                        inputs=[(tuple(e.shape), str(e.dtype)) for e in examples], torch=torch.__version__,
                        configs=sorted(source.configs.items()), threads=parallel_num_threads(), compiler=compiler(),
                        cxxflags=os.environ.get("CXXFLAGS", ""), inductor=_inductor_settings(), cpu=_cpu())

@@ -296,13 +296,16 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user) for spec in output_specs]
     nodes = {n.name: n for n in program.graph.nodes}
     picks = list(range(len(outputs)))  # of the exported graph's outputs, for the compiled program
+    package_writes: list[tuple[int, int]] = []
     if write_buffers and graph.buffer_updates:
         buffer_input = {key: name for name, key in graph.state.items()}
         writes = [(buffer_input[key], value) for key, value in graph.buffer_updates]
         graph = written_in_place(graph, writes, {name: n.meta.get("val") for name, n in nodes.items()})
         user_positions = _user_outputs(output_specs)
         outputs = [outputs[k] for k in user_positions]
-        picks = user_positions + [k for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
+        picks = user_positions
+        mutations = [k for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
+        package_writes = [(inputs.index(target), k) for (target, _), k in zip(writes, mutations)]
         fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders),
                                 writes=writes)
         fused.inference_buffer_updates, fused.inference_user_outputs = [], list(range(len(outputs)))
@@ -316,7 +319,7 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
             fused.constants[_program_input(spec).name] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
     fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), picks,
-                                             _examples(nodes, placeholders, folded))
+                                             _examples(nodes, placeholders, folded), writes=package_writes)
 
 
 def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -25,7 +25,9 @@
 //                                   nodes run every other size
 //   program_input_shapes int list   with a package: each input's rank then its sizes, as compiled
 //   program_input_dtypes str        with a package: each input's dtype (MindSpore's names), comma-separated
-//                                   (a package returns the outputs, then the written values in program_writes' order)
+//   program_package_writes bool     with a package and program_writes: the package writes those inputs itself (it
+//                                   returns the outputs alone); without it, it returns the outputs, then the
+//                                   written values in program_writes' order
 // and packed in program_nodes:
 //   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
 //                        aten_arg_<i>, ...), plus
@@ -145,6 +147,7 @@ struct Program {
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
   std::vector<int64_t> outputs;
   std::vector<std::pair<int, int64_t>> writes;  // (input index, slot): program_writes
+  bool package_writes = false;                  // program_package_writes
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
   // program_package: runs instead of the nodes; with the nodes too (dynamic sizes), for the inputs it was
   // compiled for, the nodes running every other size.
@@ -161,9 +164,10 @@ struct Program {
                                     std::to_string(num_inputs));
       writes.emplace_back(static_cast<int>(flat_writes[k]), flat_writes[k + 1]);
     }
+    package_writes = attrs.get<bool>("program_package_writes", false);
     if (attrs.has("program_package")) {
       try {
-        compiled = std::make_unique<const CompiledBody>(attrs, outputs.size() + writes.size());
+        compiled = std::make_unique<const CompiledBody>(attrs, outputs.size() + (package_writes ? 0 : writes.size()));
       } catch (...) {
         throw std::runtime_error("cannot load the compiled package " + attrs.get<std::string>("program_package") +
                                  ": " + ms_ext::detail::describe_current_exception());
@@ -200,7 +204,8 @@ struct Program {
   std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
     if (compiled && (nodes.empty() || compiled->accepts(inputs))) {
       std::vector<at::Tensor> results = compiled->run(inputs);
-      for (size_t k = 0; k < writes.size(); ++k) write_back(inputs, writes[k].first, results[outputs.size() + k]);
+      if (!package_writes)
+        for (size_t k = 0; k < writes.size(); ++k) write_back(inputs, writes[k].first, results[outputs.size() + k]);
       results.resize(outputs.size());
       return results;
     }

@@ -124,7 +124,7 @@ class _CachedSteps:
                             f"{length + max_new} positions, but the key/value cache of {lm.module_name} holds "
                             f"max_length={lm.max_length}; decode fewer tokens or port it with from_torch_lm(..., "
                             f"max_length={length + max_new})")
-        self.cell, self.length = lm.cell, length
+        self.cell, self.length, self.written_part = lm.cell, length, lm.written_part
         self.mask = np.zeros((batch, lm.max_length), np.int64)  # every cache position: 1 where attended
         self.mask[:, :length] = mask
         positions = np.where(mask == 0, 0, mask.cumsum(-1) - 1)
@@ -132,7 +132,9 @@ class _CachedSteps:
         self._run(ids, positions, np.arange(length))
 
     def _run(self, ids, positions, cache_positions) -> None:
-        self._logits = self.cell(ms.Tensor(ids, ms.int64), ms.Tensor(self.mask, ms.int64),
+        # the mask over the positions written, this call's included (the cell attends to those alone), or the cache
+        mask = self.mask[:, :cache_positions[-1] + 1] if self.written_part else self.mask
+        self._logits = self.cell(ms.Tensor(ids, ms.int64), ms.Tensor(np.ascontiguousarray(mask), ms.int64),
                                  ms.Tensor(positions, ms.int64), ms.Tensor(cache_positions, ms.int64))
 
     def logits(self) -> np.ndarray:

@@ -27,10 +27,32 @@ _log = logging.getLogger(__name__)
 INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
 
-class StaticCacheLM(torch.nn.Module):
-    """`model` (a transformers causal LM) with a StaticCache of `batch_size` x `max_length` as buffers."""
+def _written_part_layer(max_length: int):
+    """A StaticLayer whose attention reads the positions written so far: the first `attended` (the attention
+    mask's width, a size of the graph's inputs), not all `max_length`. It writes the new keys and values as the
+    StaticLayer does (in place, at the positions given) and returns that part of the cache; the causal mask is built
+    for that many positions. A token's attention then costs what the length so far costs, not the whole cache."""
+    from transformers.cache_utils import StaticLayer
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int):
+    class WrittenPartLayer(StaticLayer):
+        attended: Any = None  # set by StaticCacheLM.forward for each call
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = super().update(key_states, value_states, *args, **kwargs)
+            return keys[:, :, :self.attended], values[:, :, :self.attended]
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.attended, 0
+
+    return WrittenPartLayer(max_length)
+
+
+class StaticCacheLM(torch.nn.Module):
+    """`model` (a transformers causal LM) with a StaticCache of `batch_size` x `max_length` as buffers.
+    `written_part`: attention reads the positions written so far, as many as the attention mask's width (which then
+    varies from call to call); otherwise all `max_length` positions, masked (the mask as wide as the cache)."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int, written_part: bool = False):
         super().__init__()
         import inspect
 
@@ -40,7 +62,11 @@ class StaticCacheLM(torch.nn.Module):
         config = model.config.get_text_config()
         self.model = model
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters  # not Bloom (ALiBi)
-        self.cache = StaticCache(config=config, max_cache_len=max_length)
+        self.written_part = written_part
+        # With written_part, one position more than ever written: the part attended is then never the whole cache
+        # (torch.export guards a slice that covers its whole tensor apart from a shorter one)
+        cache_length = max_length + written_part
+        self.cache = StaticCache(config=config, max_cache_len=cache_length)
         for k, layer in enumerate(self.cache.layers):
             if isinstance(layer, StaticSlidingWindowLayer):
                 # A window at least as long as the cache never slides: a plain static layer computes the same.
@@ -49,7 +75,9 @@ class StaticCacheLM(torch.nn.Module):
                     raise PortError(f"from_torch_lm: {type(model).__name__} attends within a sliding window of "
                                     f"{window} tokens, which a static cache of max_length={max_length} cannot "
                                     f"hold; port it with max_length <= {window}")
-                self.cache.layers[k] = StaticLayer(max_length)
+                self.cache.layers[k] = StaticLayer(cache_length)
+            if written_part and type(self.cache.layers[k]) is StaticLayer:
+                self.cache.layers[k] = _written_part_layer(cache_length)
         heads, head_size = _cache_shapes(model, config)
         # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
         self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
@@ -67,6 +95,8 @@ class StaticCacheLM(torch.nn.Module):
             # Where this call writes: the cache's own counter, made from the input rather than kept as state
             # (the cache would add the sequence length to it, a size the ported graph need not compute).
             layer.cumulative_length = cache_position[0].clone()
+            if self.written_part:
+                layer.attended = attention_mask.shape[-1]
         positions = {"position_ids": position_ids} if self.takes_positions else {}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=self.cache, use_cache=True,
                          **positions)
@@ -110,6 +140,7 @@ class PortedLM:
     vocab_size: int
     generation_config: Any         # the model's, for the end and padding tokens
     module_name: str
+    written_part: bool = False     # the attention mask covers the positions written so far, not the whole cache
 
     def __repr__(self):
         return (f"PortedLM({self.module_name}, batch_size={self.batch_size}, max_length={self.max_length}, "
@@ -142,15 +173,18 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     was_training = model.training
     model.eval()
     try:
-        wrapper = StaticCacheLM(model, batch_size, max_length).eval()
+        # fuse="compile" compiles one signature: the one-token step over the whole cache (a mask as wide)
+        written_part = fuse != "compile"
+        wrapper = StaticCacheLM(model, batch_size, max_length, written_part).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
     try:
-        example = _example(batch_size, max_length)
+        example = _example(batch_size, max_length, written_part)
         seq = torch.export.Dim("seq", min=1, max=max_length)
-        dynamic = {"input_ids": {1: seq}, "attention_mask": None, "position_ids": {1: seq},
-                   "cache_position": {0: seq}}
+        attended = torch.export.Dim("attended", min=1, max=max_length) if written_part else None
+        dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended} if written_part else None,
+                   "position_ids": {1: seq}, "cache_position": {0: seq}}
         # fuse="compile": the one-token step is compiled (static shapes), the prompt runs interpreted
         step = {"input_ids": (batch_size, 1), "attention_mask": (batch_size, max_length),
                 "position_ids": (batch_size, 1), "cache_position": (1,)}
@@ -162,13 +196,14 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size
     return PortedLM(cell, batch_size, max_length, vocab, getattr(model, "generation_config", None),
-                    type(model).__name__)
+                    type(model).__name__, written_part)
 
 
-def _example(batch_size: int, max_length: int) -> dict[str, torch.Tensor]:
-    """Inputs of a prefill of two tokens (a size of 1 would be taken for a constant by torch.export)."""
+def _example(batch_size: int, max_length: int, written_part: bool) -> dict[str, torch.Tensor]:
+    """Inputs of a prefill of two tokens (a size of 1 would be taken for a constant by torch.export), the mask
+    as wide as the positions written or the whole cache."""
     length = min(2, max_length)
-    mask = torch.zeros(batch_size, max_length, dtype=torch.long)
+    mask = torch.zeros(batch_size, length if written_part else max_length, dtype=torch.long)
     mask[:, :length] = 1
     return {"input_ids": torch.zeros(batch_size, length, dtype=torch.long), "attention_mask": mask,
             "position_ids": torch.arange(length).expand(batch_size, length).contiguous(),

@@ -6,11 +6,14 @@
 transformers' cache objects are not tensors torch.export can carry, but its StaticCache keeps every layer's keys
 and values in tensors of a fixed size (batch, key/value heads, max_length, head size), written in place at the
 positions given by `cache_position`. Held as buffers of a wrapper module, they are exported as buffers the graph
-updates, which from_torch ports as non-trainable Parameters written back after each call (as BatchNorm's running
-statistics are). The wrapper takes the prompt or one new token (a dynamic sequence length), the attention mask over
-the whole cache (one column per cache position: 1 where a token was written and is attended, 0 for padding and
-positions not yet written) and the positions, and returns the logits of the last position only: decoding needs
-no more, and a token's cost does not grow with the length decoded so far.
+updates, which from_torch ports as non-trainable Parameters; the port is for evaluation only, so a fused program
+writes them where they live (buffer_writes.py), and per node the cell assigns them after each call. The wrapper
+takes the prompt or one new token (a dynamic sequence length), the attention mask over the positions written so
+far, this call's included (one column per position: 1 where a token was written and is attended, 0 for padding;
+its width a second dynamic size, which each layer's attention reads as the part of the cache to attend to: a
+token's attention costs the length so far, not the whole cache; fuse="compile" compiles one signature, so there
+the mask covers the whole cache) and the positions, and returns the logits of the last position only: decoding
+needs no more.
 """
 from __future__ import annotations
 
@@ -152,10 +155,11 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     """Ports a transformers causal language model (`...ForCausalLM`) with a key/value cache for `batch_size`
     sequences of up to `max_length` tokens (prompt and new tokens together), for aot_ops.generate.
 
-    The cache is transformers' StaticCache, held by the ported cell as Parameters it updates in place. One cell takes
-    the prompt (prefill) and each new token (decode), with a dynamic sequence length: per node and `fuse=True`
-    compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (static shapes) and
-    runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
+    The cache is transformers' StaticCache, held by the ported cell as Parameters updated in place (with fuse, by
+    the program itself: no cache output, no Assign). One cell takes the prompt (prefill) and each new token
+    (decode), with a dynamic sequence length, attending to the positions written so far: per node and `fuse=True`
+    compile one graph for both. `fuse="compile"` compiles the one-token step over the whole cache with AOTInductor
+    (static shapes) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
     does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
     them. Raises PortError naming what cannot be ported."""
     from . import port

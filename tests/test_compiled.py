@@ -165,6 +165,24 @@ def test_a_package_is_compiled_once_then_loaded_from_the_cache_without_a_compile
     assert sorted((aot_cache / "compiled").glob("*/package")) == packages
 
 
+def test_an_error_in_aot_ops_own_code_is_raised_not_taken_for_a_compile_failure(aot_cache, monkeypatch):
+    """Only what torch cannot compile falls back with a warning: an exception raised in aot_ops' own code while
+    compiling (here the package's key, made to fail) is a bug to see, and propagates as it is."""
+    from aot_ops._port import compiled
+    from aot_ops._port.errors import raised_by_aot_ops
+
+    def bad_key(source, examples):
+        return compiled.private.file_sha256(None)  # aot_ops' own helper, failing inside
+
+    monkeypatch.setattr(compiled, "_key", bad_key)
+    model, x = SmallNet(), torch.randn(5, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", aot_ops.CompileFallbackWarning)
+        with pytest.raises(TypeError) as caught:
+            aot_ops.from_torch(model.eval(), (x,), fuse="compile")
+    assert raised_by_aot_ops(caught.value)
+
+
 def test_a_graph_that_does_not_compile_runs_interpreted_with_a_warning(aot_cache, mode, tmp_path):
     """A compiler that fails (here: one that rejects every file) leaves each graph interpreted, with a warning
     naming the graph and the reason; results are fuse=True's."""

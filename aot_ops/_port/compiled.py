@@ -42,6 +42,7 @@ from .._build import cache, private
 from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
+from .errors import raised_by_aot_ops
 from .program import Program, with_key
 
 # Bumped when what a package holds or how it is made changes, so older packages are not loaded.
@@ -56,6 +57,10 @@ TRAINING_CONFIGS: dict = {"layout_optimization": False}
 
 class CompileFallbackWarning(UserWarning):
     """A graph of a cell ported with fuse="compile" did not compile and runs interpreted (as fuse=True)."""
+
+
+class NotCompilable(Exception):
+    """A graph this module does not give AOTInductor (said why): it runs interpreted, as one torch cannot compile."""
 
 
 @dataclass
@@ -101,7 +106,7 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
     if len(source.inputs) != program.num_inputs:
         raise ValueError(f"{name}: {len(source.inputs)} example inputs for {program.num_inputs} program inputs")
     if any(dtype is None for _shape, dtype in source.inputs):
-        raise ValueError(f"{name}: an input of the graph is not a tensor")
+        raise NotCompilable(f"{name}: an input of the graph is not a tensor")
     dynamic = any(isinstance(n, torch.SymInt) for shape, _ in source.inputs for n in shape)
     shapes = [_concrete(shape, sizes or {}, name) for shape, _ in source.inputs]
     examples = tuple(torch.zeros(shape, dtype=dtype) for shape, (_, dtype) in zip(shapes, source.inputs))
@@ -113,7 +118,10 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
     if source.writes:
         attrs["program_package_writes"] = True  # the package writes program_writes' inputs itself
     attrs["program_input_shapes"] = [n for shape in shapes for n in (len(shape), *shape)]
-    attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
+    try:
+        attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
+    except TypeError as exc:
+        raise NotCompilable(f"{name}: {exc}") from None
     return Program(with_key(attrs), program.num_inputs, list(program.out_dtypes))
 
 
@@ -124,17 +132,21 @@ def _concrete(shape: tuple, sizes: dict, name: str) -> tuple[int, ...]:
         if isinstance(n, torch.SymInt):
             value = n.node.expr.subs(sizes)
             if not value.is_number:
-                raise ValueError(f"{name}: the size {n.node.expr} is dynamic and no value to compile it for was given")
+                raise NotCompilable(f"{name}: the size {n.node.expr} is dynamic and no value to compile it for was "
+                                    "given")
             n = int(value)
         concrete.append(int(n))
     return tuple(concrete)
 
 
 def compiled_or_interpreted(program: Program, source: GraphSource, sizes: dict | None = None) -> Program:
-    """compile_program, or `program` itself with a CompileFallbackWarning when it cannot be compiled."""
+    """compile_program, or `program` itself with a CompileFallbackWarning when torch cannot compile it (an error
+    raised in aot_ops' own code is not a reason to fall back: it propagates)."""
     try:
         return compile_program(program, source, sizes)
     except Exception as exc:  # noqa: BLE001 - any failure of export or Inductor: the interpreted program runs
+        if raised_by_aot_ops(exc) and not isinstance(exc, NotCompilable):
+            raise
         reason = f"{type(exc).__name__}: {_first_lines(str(exc))}"
         warnings.warn(f"{program.attrs['program_name']}: not compiled, runs interpreted (as fuse=True): {reason}",
                       CompileFallbackWarning, stacklevel=4)

@@ -13,6 +13,20 @@ class PortError(Error, RuntimeError):
     """A torch module cannot be ported as it is; the message names the node and what to do."""
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def raised_by_aot_ops(exc: BaseException) -> bool:
+    """Whether the innermost Python frame of `exc`'s traceback is aot_ops' own code (a bug of ours, or a check of
+    ours), as opposed to torch's, a library's or the user's: a fallback for what torch cannot do must not hide it."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_PACKAGE_DIR + "/")
+
+
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 

@@ -42,6 +42,7 @@ from .._build import cache, private
 from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
+from ..errors import Error
 from .errors import raised_by_aot_ops
 from .program import Program, with_key
 
@@ -59,8 +60,9 @@ class CompileFallbackWarning(UserWarning):
     """A graph of a cell ported with fuse="compile" did not compile and runs interpreted (as fuse=True)."""
 
 
-class NotCompilable(Exception):
-    """A graph this module does not give AOTInductor (said why): it runs interpreted, as one torch cannot compile."""
+class NotCompilable(Error):
+    """A graph this module does not give AOTInductor (said why): it runs interpreted, as one torch cannot compile.
+    Caught by compiled_or_interpreted: never reaches the user."""
 
 
 @dataclass

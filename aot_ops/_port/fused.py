@@ -296,23 +296,19 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
     outputs = [next(buffers) if spec.kind.name == "BUFFER_MUTATION" else next(user) for spec in output_specs]
     nodes = {n.name: n for n in program.graph.nodes}
     picks = list(range(len(outputs)))  # of the exported graph's outputs, for the compiled program
+    writes: list[tuple[str, str]] = []  # (buffer placeholder, value written into it)
     package_writes: list[tuple[int, int]] = []
+    fused.inference_buffer_updates, fused.inference_user_outputs = fused.buffer_updates, fused.user_outputs
     if write_buffers and graph.buffer_updates:
         buffer_input = {key: name for name, key in graph.state.items()}
         writes = [(buffer_input[key], value) for key, value in graph.buffer_updates]
         graph = written_in_place(graph, writes, {name: n.meta.get("val") for name, n in nodes.items()})
-        user_positions = _user_outputs(output_specs)
-        outputs = [outputs[k] for k in user_positions]
-        picks = user_positions
-        mutations = [k for k, spec in enumerate(output_specs) if spec.kind.name == "BUFFER_MUTATION"]
-        package_writes = [(inputs.index(target), k) for (target, _), k in zip(writes, mutations)]
-        fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders),
-                                writes=writes)
+        outputs, picks = [outputs[k] for k in fused.user_outputs], fused.user_outputs
+        package_writes = [(inputs.index(target), k) for (target, _), (_key, k) in zip(writes, fused.buffer_updates)]
         fused.inference_buffer_updates, fused.inference_user_outputs = [], list(range(len(outputs)))
         fused.inference_writes = [key for key, _ in graph.buffer_updates]
-    else:
-        fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders))
-        fused.inference_buffer_updates, fused.inference_user_outputs = fused.buffer_updates, fused.user_outputs
+    fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders),
+                            writes=writes)
     fused.inference_inputs = kinds
     for spec in specs:  # tensors torch.export lifted out of the module (a scalar written into a slice)
         if spec.kind == InputKind.CONSTANT_TENSOR:

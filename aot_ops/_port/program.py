@@ -98,6 +98,8 @@ def node_attributes(op: Operator) -> dict[str, Any]:
     if len(inputs) != len(op.inputs) or attrs["aten_num_inputs"] != len(op.inputs):
         raise PortError(f"{op.name} ({op.target}) takes {len(op.inputs)} tensors, its encoding {len(inputs)}")
     attrs["aten_op"] = call.qualified_name
+    if overload._schema.is_mutable:  # a node buffer_writes.py made in place: it writes its first argument
+        attrs["writes_input"] = True
     return attrs
 
 
@@ -126,8 +128,6 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
         nodes[prefix + "source"] = step.source
         if step.reads_graph_inputs:
             nodes[prefix + "graph_shapes"] = True
-        if overload_writes(step.target):
-            nodes[prefix + "writes_input"] = True
         first_result[step.name] = next_slot
         slot[step.name] = next_slot
         next_slot += results
@@ -141,12 +141,6 @@ def build(name: str, graph: Graph, inputs: Sequence[str], outputs: Sequence[str]
     if writes:
         attrs["program_writes"] = [n for target, value in writes for n in (inputs.index(target), slot[value])]
     return Program(with_key(attrs), len(inputs), list(out_dtypes))
-
-
-def overload_writes(target: str) -> bool:
-    """Whether the overload writes into an argument (a node buffer_writes.py made in place)."""
-    overload = _schema.overload_for(target)
-    return overload is not None and overload._schema.is_mutable
 
 
 def with_key(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -24,25 +24,27 @@ import dataclasses
 
 import torch
 
+from .._aten import schema as _schema
 from .graph import Graph, Item, Operator
 
 
 def in_place_twin(target: str) -> str | None:
     """"aten::index_copy.default" -> "aten::index_copy_.default": the overload of the same name and arguments that
     writes its first argument, if there is one."""
-    qualified, _, overload = target.partition(".")
-    namespace, _, name = qualified.partition("::")
-    ops = getattr(torch.ops, namespace, None)
-    functional = getattr(getattr(ops, name, None), overload or "default", None)
-    twin = getattr(getattr(ops, name + "_", None), overload or "default", None)
-    if not isinstance(functional, torch._ops.OpOverload) or not isinstance(twin, torch._ops.OpOverload):
+    qualified, dot, overload = target.partition(".")
+    twin_name = f"{qualified}_{dot}{overload}"
+    try:
+        functional, twin = _schema.overload_for(target), _schema.overload_for(twin_name)
+    except AttributeError:  # no such operator or overload
+        return None
+    if functional is None or twin is None:
         return None
     arguments = twin._schema.arguments
     if not arguments or arguments[0].alias_info is None or not arguments[0].alias_info.is_write:
         return None
     if [a.name for a in arguments] != [a.name for a in functional._schema.arguments]:
         return None
-    return f"{namespace}::{name}_.{overload or 'default'}"
+    return twin_name
 
 
 def written_in_place(graph: Graph, writes: list[tuple[str, str]], values: dict) -> Graph:

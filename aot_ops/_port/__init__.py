@@ -55,7 +55,9 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     - `cell.source_file` is the generated source (one aten.op per torch node); print(cell) shows the structure.
     - `fuse=True`: the whole forward graph runs as ONE aot call and its backward (from torch's AOTAutograd) as
       one more, instead of one call per node: MindSpore's per-call dispatch is paid twice per training step.
-      Also with dynamic_batch/dynamic_shapes (sizes are computed from the input shapes at run time).
+      Also with dynamic_batch/dynamic_shapes (sizes are computed from the input shapes at run time). The traced
+      programs are kept in the build cache by graph: a later port of the same graph (any weights, any process)
+      skips AOTAutograd's trace, most of a training port's time (fused_cache.py; AOT_OPS_FUSED_CACHE=0: off).
     - `fuse="compile"`: as fuse=True, with the graphs compiled ahead of time by torch's Inductor (AOTInductor) into
       fused CPU loops, run from C++ with no Python: the forward and backward of training when the cell first runs
       in training mode (here, if the module is training), the evaluation graph when it first runs in evaluation
@@ -200,13 +202,18 @@ def _port_modes(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, fus
         programs = {Mode.BOTH: programs[Mode.EVAL]}
     fused = {}
     if fuse:
+        from . import fused_cache
         from .fused import fuse as fuse_graph
 
         for mode in list(graphs):
             label = f"{name} ({mode.label})"
             try:
-                fused[mode] = fuse_graph(programs[mode], graphs[mode], trainable, label, input_grads,
-                                         inference_only=evaluation_only is not None)
+                if evaluation_only is not None:  # no AOTAutograd: nothing worth keeping
+                    fused[mode] = fuse_graph(programs[mode], graphs[mode], trainable, label, input_grads,
+                                             inference_only=True)
+                else:
+                    fused[mode] = fused_cache.fuse(programs[mode], graphs[mode], trainable, label, input_grads,
+                                                   keep_sources=fuse == "compile")
             except PortError as exc:
                 # The training graph's backward cannot be traced (a Function's backward deciding on tensor
                 # values): a module in evaluation mode still ports, refusing training when it is asked for.

@@ -39,6 +39,12 @@ def _grad(symbol: str, num_inputs: int) -> Backward:
     return Backward(f"{symbol}Grad", _bprops.cotangent_then_inputs, num_inputs)
 
 
+# Operators made per argument value are kept, most recently used first, up to this many each: a loop over distinct
+# floats (leaky_relu(slope) with a schedule) would otherwise keep every primitive alive. An evicted operator keeps
+# working where it is referenced. (functools.lru_cache is safe to call from several threads.)
+_CACHED = 256
+
+
 # Keyword arguments are checked here, before they become attributes, so a wrong one is an error that names the
 # operator and the argument (not a pybind11 cast failure or "unhashable type" from the operator cache).
 def _int(op: str, name: str, value) -> int:
@@ -75,7 +81,7 @@ def leaky_relu(negative_slope: float = 0.01) -> AotOp:
     return _leaky_relu(_float("leaky_relu", "negative_slope", negative_slope))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _leaky_relu(negative_slope: float) -> AotOp:
     return _define("LeakyRelu", {"negative_slope": negative_slope}, _grad("LeakyRelu", 1))
 
@@ -84,13 +90,13 @@ def _binary(symbol: str) -> AotOp:
     return _define(symbol, None, _grad(symbol, 2))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def add() -> AotOp:
     """out = a + b with broadcasting and type promotion; every dtype ATen's CPU add supports."""
     return _binary("Add")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def mul() -> AotOp:
     """out = a * b with broadcasting and type promotion; all 15 dtypes."""
     return _binary("Mul")
@@ -106,12 +112,12 @@ def mean(dim: int | Sequence[int] | None = None, keepdim: bool = False) -> AotOp
     return _cached_reduction("MeanDims", _dims("mean", "dim", dim), _bool("mean", "keepdim", keepdim))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _cached_reduction(symbol: str, dims: tuple[int, ...], keepdim: bool) -> AotOp:
     return _define(symbol, {"dim": list(dims), "keepdim": keepdim}, _grad(symbol, 1))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def matmul() -> AotOp:
     """out = torch.matmul(a, b): vector, matrix, batched and broadcast operands of one dtype."""
     return _define("Matmul", None, _grad("Matmul", 2))
@@ -122,7 +128,7 @@ def softmax(dim: int = -1) -> AotOp:
     return _softmax(_int("softmax", "dim", dim))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _softmax(dim: int) -> AotOp:
     return _define("Softmax", {"dim": dim}, Backward("SoftmaxGrad", _bprops.cotangent_then_output))
 
@@ -132,7 +138,7 @@ def max(dim: int = -1, keepdim: bool = False) -> AotOp:  # noqa: A001 - torch's 
     return _max(_int("max", "dim", dim), _bool("max", "keepdim", keepdim))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _max(dim: int, keepdim: bool) -> AotOp:
     return _define("MaxDim", {"dim": dim, "keepdim": keepdim}, Backward("MaxDimGrad", _max_bprop))
 
@@ -154,7 +160,7 @@ def gelu(approximate: str = "none") -> AotOp:
     return _gelu(approximate)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _gelu(approximate: str) -> AotOp:
     return _define("Gelu", {"approximate": approximate}, _grad("Gelu", 1))
 
@@ -186,7 +192,7 @@ def layer_norm(normalized_shape: int | Sequence[int], eps: float = 1e-5) -> Laye
                               _float("layer_norm", "eps", eps))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=_CACHED)
 def _cached_layer_norm(normalized_shape: tuple[int, ...], eps: float) -> LayerNorm:
     return LayerNorm(normalized_shape, eps)
 

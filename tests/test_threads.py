@@ -65,3 +65,89 @@ def test_four_threads_get_their_own_results(kind, mode, per_thread, tmp_path):
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
     _, calls, wrong, errors, _ = line.split(" ", 4)
     assert (int(calls), int(wrong), int(errors)) == (4 * per_thread, 0, 0), line
+
+
+PORTS_BESIDE = r'''
+import sys, threading, warnings
+warnings.filterwarnings("ignore")
+import numpy as np, mindspore as ms, torch
+ms.set_device("CPU")
+import aot_ops
+from aot_ops._port import functions
+
+class Round(torch.autograd.Function):  # ported: recorded as an operator by the exports of the main thread
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+class Triple(torch.autograd.Function):  # applied eagerly by another thread while the main thread exports
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        return Round.apply(self.linear(x) * 4) / 4
+
+model = Model().eval()
+called = aot_ops.from_torch(model, (torch.randn(4, 8),))
+stop, eager, calls, wrong, errors = threading.Event(), [0], [0], [0], []
+
+def apply_eagerly():
+    while not stop.is_set():
+        x = torch.randn(5, requires_grad=True)
+        y = Triple.apply(x)
+        y.sum().backward()
+        eager[0] += 1
+        wrong[0] += not (torch.equal(y, x.detach() * 2) and torch.equal(x.grad, torch.full((5,), 3.0)))
+
+def call_ported():
+    rng = np.random.default_rng(0)
+    while not stop.is_set():
+        x = rng.standard_normal((4, 8)).astype(np.float32)
+        try:
+            y = called(ms.Tensor(x)).asnumpy()
+        except Exception as exc:
+            errors.append(str(exc)[:200])
+            continue
+        calls[0] += 1
+        wrong[0] += not np.allclose(y, model(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
+
+threads = [threading.Thread(target=apply_eagerly), threading.Thread(target=call_ported)]
+[t.start() for t in threads]
+ports = 0
+try:
+    for fuse in (False, True, False, True):
+        cell = aot_ops.from_torch(Model().eval(), (torch.randn(4, 8),), fuse=fuse)
+        ports += 1
+finally:
+    stop.set()
+    [t.join() for t in threads]
+recorded = sorted({key[0].__name__ for key in functions._by_key})
+patched = torch.autograd.Function.__dict__["apply"] is not functions._original_apply
+print("RESULT", ports, eager[0], calls[0], wrong[0], len(errors), ",".join(recorded), patched, errors[:2])
+'''
+
+
+def test_ports_record_their_own_thread_s_functions_while_cells_are_called(tmp_path):
+    """The main thread ports a module applying a Function four times while one thread applies another Function
+    eagerly (with its gradient) and one calls a ported cell: only the exporting thread's Function is recorded as
+    an operator, the eager one runs torch's own apply, every result is right, and Function.apply is torch's again
+    once the ports are done."""
+    script = tmp_path / "ports_beside.py"
+    script.write_text(PORTS_BESIDE)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    _, ports, eager, calls, wrong, errors, recorded, patched, _ = line.split(" ", 8)
+    assert (int(ports), int(wrong), int(errors), recorded, patched) == (4, 0, 0, "Round", "False"), line
+    assert int(eager) > 0 and int(calls) > 0, line

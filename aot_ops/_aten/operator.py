@@ -8,6 +8,7 @@ registered as the bprop.
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Any, Sequence
 
 import torch
@@ -29,6 +30,7 @@ from .sizes import Size, encode_shapes
 # An evicted operator keeps working where it is referenced; a new one for the same key gets the same identity.
 MAX_CACHED_OPERATORS = 4096
 _operators: collections.OrderedDict[tuple, AotOp] = collections.OrderedDict()
+_operators_lock = threading.Lock()
 
 
 def _substitute(call: BoundCall, tensors: Sequence) -> tuple[list[Any], dict[str, Any]]:
@@ -92,7 +94,10 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         attrs = dict(attrs, aten_shape_inputs=int(shape_inputs), aten_num_inputs=len(inputs) + int(shape_inputs))
         key = key + (("shape_inputs", int(shape_inputs)),)
     cache_key = (call.qualified_name, key)
-    op = _operators.get(cache_key)
+    with _operators_lock:  # ported cells and ports in other threads use the same cache
+        op = _operators.get(cache_key)
+        if op is not None:
+            _operators.move_to_end(cache_key)
     if op is None:
         # Asked once per operator made (the functional form calls this every time); the inputs' dtypes, where they
         # can refuse the call (a boolean index), are judged again by the output inference, per dtypes.
@@ -100,11 +105,10 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         op = _make_operator(call, attrs, len(inputs) + shape_inputs, key, out_shapes, out_dtypes, checks_dtypes)
         if op.arity.has_optional_inputs:
             op = OptionalInputs(op)
-        _operators[cache_key] = op
-        while len(_operators) > MAX_CACHED_OPERATORS:
-            _operators.popitem(last=False)
-    else:
-        _operators.move_to_end(cache_key)
+        with _operators_lock:  # two threads may make the same operator: either serves
+            _operators[cache_key] = op
+            while len(_operators) > MAX_CACHED_OPERATORS:
+                _operators.popitem(last=False)
     return op, inputs
 
 

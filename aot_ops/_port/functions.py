@@ -300,15 +300,36 @@ def _register(name: str, num_tensors: int) -> None:
     torch.library.register_autograd(qualified, _backward(name), setup_context=_setup_context, lib=_library)
 
 
+_recording = threading.local()  # per thread: how many exports in it record Functions now
+_patch_lock = threading.Lock()
+_patch_users = 0  # exports recording now, in all threads: Function.apply stays patched while any does
+_original_apply = None
+
+
 @contextlib.contextmanager
 def recorded_as_operators():
-    """For the duration of an export: each application of a user's Function records a call of its operator
-    (Function.apply is patched: porting is not meant to run beside other torch work in the process)."""
-    function = torch.autograd.Function
-    original = function.__dict__["apply"]
+    """For the duration of an export: each application of a user's Function in this thread records a call of its
+    operator. Function.apply is patched while any thread exports; other threads' applications run torch's own."""
+    global _patch_users, _original_apply
+    with _patch_lock:
+        if _patch_users == 0:
+            _original_apply = torch.autograd.Function.__dict__["apply"]
+            torch.autograd.Function.apply = classmethod(_apply_recording(_original_apply))
+        _patch_users += 1
+    _recording.depth = getattr(_recording, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _recording.depth -= 1
+        with _patch_lock:
+            _patch_users -= 1
+            if _patch_users == 0:
+                torch.autograd.Function.apply = _original_apply
 
+
+def _apply_recording(original):
     def apply(cls, *args, **kwargs):
-        if not is_users(cls):
+        if not getattr(_recording, "depth", 0) or not is_users(cls):
             # bound as torch binds it: a classmethod, or (torch 2.14) a C classmethod_descriptor
             return original.__get__(None, cls)(*args, **kwargs)
         if kwargs:
@@ -319,9 +340,5 @@ def recorded_as_operators():
         outputs = op(*tensors)
         return tuple(outputs) if _returns_tuple[op._schema.name.split("::", 1)[1]] else outputs[0]
 
-    function.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        function.apply = original
+    return apply
 

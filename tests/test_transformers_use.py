@@ -23,7 +23,7 @@ def test_keyword_inputs_fixed_values_and_model_outputs(mode):
     model, batch = zoo.FAMILIES["bert"].build()
     cell = aot_ops.from_torch(model, (batch["input_ids"],), {"attention_mask": batch["attention_mask"],
                                                               "labels": batch["labels"], "return_dict": True})
-    assert [spec.name for spec in cell._spec.inputs] == ["input_ids", "attention_mask", "labels"]
+    assert cell.input_names == ("input_ids", "attention_mask", "labels")
     expected = model(**batch)
     for out in (cell(**_batch_ms(batch)),
                 cell(to_ms(batch["input_ids"]), to_ms(batch["attention_mask"]), labels=to_ms(batch["labels"]))):

@@ -174,34 +174,43 @@ def _load(name: str, sources: list[Path], texts: dict[Path, str], extra_cflags, 
         if found is not None:
             log.info("cache hit: %s was built by another process while this one waited (%s)", name, library)
             return Library(name, found[0], key=key, rebuilt=False, reason=found[1])
-        for path, text in texts.items():
-            _write_if_changed(path, text)
-        reasons = cache.rebuild_reasons(cache.read_own_json(folder / "last_build.json"), description)
-        log.info("building %s: %s", name, "; ".join(reasons))
-        if verbose:
-            print(f"aot_ops: building {name}: {'; '.join(reasons)}", file=sys.stderr)
         spec = builder.LibrarySpec(name=name, sources=sources, use_torch=with_torch, extra_cflags=extra_cflags,
                                    extra_ldflags=extra_ldflags, extra_include_paths=include_paths,
                                    npu_toolchain=npu_toolchain)
-        start = time.monotonic()
-        build_dir = private.private_dir(folder / "build")
-        private.private_dir(entry_dir)
-        with progress(f"lib{name}"):
-            if not_linkable:
-                builder.build_objects(spec, build_dir, verbose=verbose)
-            else:
-                builder.build_library(spec, build_dir, library, verbose=verbose)
-        log.info("built %s in %.1fs", name, time.monotonic() - start)
-        if not_linkable:
-            log.warning("%s: CUDA sources compiled, not linked: %s", name, not_linkable)
-        cache.write_json_atomically(entry_dir / "entry.json", {
-            "name": name, "library": library.name, "built_at": time.time(), "loadable": not not_linkable,
-            "reason": not_linkable, "sources": [str(s) for s in sources],
-            "compiler": toolchain.compiler_version(toolchain.cxx()),
-            "sha256": None if not_linkable else private.file_sha256(library),  # checked before every load
-        })
-        cache.write_json_atomically(folder / "last_build.json", description)
+        _build_and_publish(spec, folder, entry_dir, library, description, texts, not_linkable, verbose)
     return Library(name, None if not_linkable else library, key=key, rebuilt=True, reason=not_linkable)
+
+
+def _build_and_publish(spec: builder.LibrarySpec, folder: Path, entry_dir: Path, library: Path, description: dict,
+                       texts: dict[Path, str], not_linkable: str | None, verbose: bool) -> None:
+    """Builds the library (under the name's build lock) and publishes it: entry.json, written last, records its
+    sha256; last_build.json what it was made from (to explain the next rebuild)."""
+    name = spec.name
+    sources = spec.sources
+    for path, text in texts.items():
+        _write_if_changed(path, text)
+    reasons = cache.rebuild_reasons(cache.read_own_json(folder / "last_build.json"), description)
+    log.info("building %s: %s", name, "; ".join(reasons))
+    if verbose:
+        print(f"aot_ops: building {name}: {'; '.join(reasons)}", file=sys.stderr)
+    start = time.monotonic()
+    build_dir = private.private_dir(folder / "build")
+    private.private_dir(entry_dir)
+    with progress(f"lib{name}"):
+        if not_linkable:
+            builder.build_objects(spec, build_dir, verbose=verbose)
+        else:
+            builder.build_library(spec, build_dir, library, verbose=verbose)
+    log.info("built %s in %.1fs", name, time.monotonic() - start)
+    if not_linkable:
+        log.warning("%s: CUDA sources compiled, not linked: %s", name, not_linkable)
+    cache.write_json_atomically(entry_dir / "entry.json", {
+        "name": name, "library": library.name, "built_at": time.time(), "loadable": not not_linkable,
+        "reason": not_linkable, "sources": [str(s) for s in sources],
+        "compiler": toolchain.compiler_version(toolchain.cxx()),
+        "sha256": None if not_linkable else private.file_sha256(library),  # checked before every load
+    })
+    cache.write_json_atomically(folder / "last_build.json", description)
 
 
 def _published(entry_dir: Path, library: Path) -> tuple[Path | None, ...] | None:

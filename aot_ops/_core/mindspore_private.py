@@ -84,3 +84,33 @@ def run_compiled_graph(cell, args: tuple):
     if not _cell_graph_executor.has_compiled(phase):
         return None
     return _cell_graph_executor._exec_pip(cell, *args, phase=phase)
+
+
+def run_as_called_cell(cell, run, args: tuple):
+    """`run(*args)` (a cell's ms.jit graph) wrapped in what Cell.__call__ does around construct when MindSpore's
+    autodiff may differentiate the call (the cell under ms.grad, `requires_grad`; dynamic-shape inputs; mixed
+    precision): `_call_pre_process`/`_call_post_process` make the cell autodiff's top cell, whose graph grad then
+    differentiates. Without them ms.grad of a ported cell in PyNative fails or gives no gradient
+    (tests/test_pynative_graph.py, tests/test_from_torch.py's PyNative training)."""
+    if not (cell.requires_grad or cell._dynamic_shape_inputs is not None or cell.mixed_precision_type is not None):
+        return run(*args)
+    cell._call_pre_process(*args)
+    output = run(*args)
+    cell._call_post_process(output, *args)
+    return output
+
+
+class KeepsCompilePhase:
+    """A Cell mixin for cells that never run as a graph of their own (the module tree, a graph's operators):
+    MindSpore sets `compile_phase` on every cell of a network at every GRAPH_MODE call, each through
+    Cell.__setattr__'s checks (a ported BERT's 78 cells cost about as much as its forward program); this keeps the
+    value without passing it on. Without it nothing fails: GRAPH_MODE calls of ported cells get slower
+    (docs/performance.md)."""
+
+    @property
+    def compile_phase(self):
+        return self.__dict__.get("_compile_phase")
+
+    @compile_phase.setter
+    def compile_phase(self, value):
+        self.__dict__["_compile_phase"] = value

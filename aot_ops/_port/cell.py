@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import sys
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import Mapping
 
 import mindspore as ms
 import torch
@@ -21,7 +21,7 @@ from mindspore import nn, ops
 from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
-from .._core.convert import owning_parameter, to_ms, to_torch, torch_view
+from .._core.convert import to_ms
 from .._core.mindspore_private import has_hooks, recompile_on_next_call, run_compiled_graph
 from .._core.primitive import CALL_LOCK, AotOp
 from ..errors import named_kernel_failure
@@ -30,7 +30,8 @@ from .errors import PortError
 from .graph_entry import COLLECTED_GRAPHS, PyNativeGraph, sync_phase
 from .mode_programs import ModePrograms
 from .modes import Mode, constant_attribute, flat_twin_class, operators_attribute
-from .module_tree import OperatorSet, add_parameter, build_module_cells, describe_counts
+from .module_tree import OperatorSet, build_module_cells, describe_counts
+from .weights import IncompatibleKeys, load_torch_state_dict, make_parameters, torch_state_dict
 
 
 @dataclass
@@ -62,13 +63,6 @@ class PortSpec:
     jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
 
 
-class IncompatibleKeys(NamedTuple):
-    """Like torch's load_state_dict result."""
-
-    missing_keys: list[str]
-    unexpected_keys: list[str]
-
-
 class StateWrite(nn.Cell):
     """`self.assign(parameter, value)` of the generated code: a buffer update (BatchNorm's running statistics, a
     key/value cache). MindSpore's CPU Assign has no bfloat16 kernel; the in-place copy does (the branch is decided
@@ -92,20 +86,7 @@ class PortedCell(nn.Cell):
         super().__init__()
         self._spec = spec
         self._cells_by_path = build_module_cells(self, spec)
-        self._parameters: dict[str, ms.Parameter] = {}
-        for entry in spec.state:
-            if entry.alias_of is None:
-                tensor = initial_state[entry.key]
-                # weights loaded into MindSpore's memory (load_pretrained) are that memory already: taken, not copied
-                owner = owning_parameter(tensor) if share_weights else None
-                self._parameters[entry.key] = parameter = add_parameter(self._cells_by_path, entry,
-                                                                        tensor if owner is None else owner)
-                if share_weights and owner is None:
-                    with torch.no_grad():
-                        tensor.data = torch_view(parameter)
-        for entry in spec.state:
-            if entry.alias_of is not None:
-                self._parameters[entry.key] = self._parameters[entry.alias_of]
+        self._parameters = make_parameters(self._cells_by_path, spec.state, initial_state, share_weights)
         for attribute, tensor in spec.constants.items():
             setattr(self, attribute, to_ms(tensor))
         self.assign = StateWrite()
@@ -168,6 +149,12 @@ class PortedCell(nn.Cell):
         """The cell's inputs in call order, named as the torch module's forward names them (tensors given
         positionally, then the tensor keyword arguments of the port)."""
         return tuple(spec.name for spec in self._spec.inputs)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The graphs the port made, by mode name: ("both",) when one graph serves training and evaluation,
+        ("train", "eval") when they differ, ("eval",) for a cell that only evaluates."""
+        return tuple(Mode(mode).value for mode in self._spec.operator_counts)
 
     @property
     def jit(self) -> bool:
@@ -255,37 +242,12 @@ class PortedCell(nn.Cell):
     def torch_state_dict(self) -> "collections.OrderedDict[str, torch.Tensor]":
         """The module's state_dict (same keys, torch tensors) with this cell's current values: load it into the
         torch module with module.load_state_dict."""
-        return collections.OrderedDict((e.key, to_torch(self._parameters[e.key].value()))
-                                       for e in self._spec.state if e.persistent)
+        return torch_state_dict(self._parameters, self._spec.state)
 
     def load_torch_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> IncompatibleKeys:
         """Copies a torch state_dict (of the ported module, e.g. a checkpoint) into this cell's Parameters.
         Shapes and dtypes must match; with strict=True (as torch) every key must be present and known."""
-        expected = [e.key for e in self._spec.state if e.persistent]
-        missing = [k for k in expected if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in self._parameters or k not in expected]
-        if strict and (missing or unexpected):
-            raise PortError(f"{self.module_name}: state_dict does not match (missing keys: {missing}; unexpected "
-                            f"keys: {unexpected})")
-        for key, value in state_dict.items():
-            if key in unexpected:
-                continue
-            parameter = self._parameters[key]
-            value = torch.as_tensor(value)
-            target = tuple(parameter.shape)
-            if tuple(value.shape) != target:
-                raise PortError(f"{self.module_name}: '{key}' has shape {tuple(value.shape)}, the cell's parameter "
-                                f"has {target}")
-            # Into the Parameter's own memory (not set_data, which replaces it): a torch module sharing its weights
-            # with the cell keeps sharing them
-            ms.runtime.synchronize()  # no queued MindSpore work still reads the old values
-            with torch.no_grad():
-                torch_view(parameter).copy_(value.to(to_torch_dtype(parameter)))
-        return IncompatibleKeys(missing, unexpected)
-
-
-def to_torch_dtype(parameter: ms.Parameter) -> torch.dtype:
-    return _dtypes.to_torch(parameter.dtype)
+        return load_torch_state_dict(self.module_name, self._parameters, self._spec.state, state_dict, strict)
 
 
 def _has_custom_containers(spec) -> bool:

@@ -132,6 +132,37 @@ def read(program: ExportedProgram, graph_shapes: bool = False) -> Graph:
     return graph
 
 
+def _split_arguments(node: torch.fx.Node) -> tuple[dict[str, Any], list[torch.fx.Node], dict[str, Any]]:
+    """An ATen call's arguments by what they become: (fixed values, by name; the tensor nodes left for call time,
+    in order; sizes computed from input shapes, by name)."""
+    schema = node.target._schema
+    fixed: dict[str, Any] = {}
+    inputs: list[torch.fx.Node] = []
+    symbolic: dict[str, Any] = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    given = {a.name: v for a, v in zip(positional, node.args)}
+    given.update(node.kwargs)
+    for arg in schema.arguments:
+        if arg.is_out:
+            continue
+        if arg.name not in given:
+            if arg_type(arg)[0].tensors:
+                fixed[arg.name] = None  # a default None, not a tensor left for call time
+            continue
+        value = given[arg.name]
+        if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+            inputs.append(value)  # a call-time input: aten.op leaves Tensor arguments open
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) and
+                                                       isinstance(v.meta.get("val"), torch.Tensor) for v in value):
+            fixed[arg.name] = [None if v is None else CALL_TIME for v in value]
+            inputs.extend(v for v in value if v is not None)
+        elif _is_symbolic(value):
+            symbolic[arg.name] = value
+        else:
+            fixed[arg.name] = value
+    return fixed, inputs, symbolic
+
+
 class _Reader:
     def __init__(self, graph: Graph, graph_inputs: list | None = None, all_inputs: list | None = None,
                  all_names: list[str] | None = None):
@@ -203,30 +234,7 @@ class _Reader:
 
     def _operator(self, node: torch.fx.Node, val) -> None:
         schema = node.target._schema
-        fixed: dict[str, Any] = {}
-        inputs: list[torch.fx.Node] = []
-        positional = [a for a in schema.arguments if not a.kwarg_only]
-        given = {a.name: v for a, v in zip(positional, node.args)}
-        given.update(node.kwargs)
-        symbolic: dict[str, Any] = {}
-        for arg in schema.arguments:
-            if arg.is_out:
-                continue
-            if arg.name not in given:
-                if arg_type(arg)[0].tensors:
-                    fixed[arg.name] = None  # a default None, not a tensor left for call time
-                continue
-            value = given[arg.name]
-            if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
-                inputs.append(value)  # a call-time input: aten.op leaves Tensor arguments open
-            elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) and
-                                                           isinstance(v.meta.get("val"), torch.Tensor) for v in value):
-                fixed[arg.name] = [None if v is None else CALL_TIME for v in value]
-                inputs.extend(v for v in value if v is not None)
-            elif _is_symbolic(value):
-                symbolic[arg.name] = value
-            else:
-                fixed[arg.name] = value
+        fixed, inputs, symbolic = _split_arguments(node)
         input_vals = [n.meta["val"] for n in inputs]
         outputs = list(val) if isinstance(val, (tuple, list)) else [val]
         dynamic = any(has_symbols(t.shape) for t in input_vals + outputs if isinstance(t, torch.Tensor))

@@ -26,7 +26,7 @@ import weakref
 import mindspore as ms
 from mindspore import nn
 
-from .._core.mindspore_private import free_jit_phases, jit_phases
+from .._core.mindspore_private import free_jit_phases, jit_phases, run_as_called_cell
 
 
 class CollectedGraphs:
@@ -106,11 +106,4 @@ class PyNativeGraph:
     def __call__(self, args: tuple):
         cell = self._cell
         sync_phase(self._target, cell.training)
-        if not (cell.requires_grad or cell._dynamic_shape_inputs is not None or cell.mixed_precision_type is not None):
-            return self._run(*args)
-        # What Cell.__call__ does around construct for a cell under ms.grad (requires_grad): the cell is MindSpore
-        # autodiff's top cell, whose graph grad then differentiates (the jit graph is one node of it).
-        cell._call_pre_process(*args)
-        output = self._run(*args)
-        cell._call_post_process(output, *args)
-        return output
+        return run_as_called_cell(cell, self._run, args)  # the jit graph one node of autodiff's top cell

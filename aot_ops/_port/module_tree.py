@@ -14,26 +14,12 @@ import torch
 from mindspore import nn, ops
 
 from .._core.convert import ms_view, to_ms
+from .._core.mindspore_private import KeepsCompilePhase
 from .errors import PortError
 from .modes import Mode
 
 
-class _Structural:
-    """A Cell that only holds Parameters and other cells (the module tree, the operators of a graph): it never runs
-    as a graph of its own. MindSpore sets `compile_phase` on every cell of a network at every GRAPH_MODE call, each
-    through Cell.__setattr__'s checks (a ported BERT's 78 cells cost about as much as its forward program); these
-    keep the value without passing it on."""
-
-    @property
-    def compile_phase(self):
-        return self.__dict__.get("_compile_phase")
-
-    @compile_phase.setter
-    def compile_phase(self, value):
-        self.__dict__["_compile_phase"] = value
-
-
-class _TorchModule(_Structural):
+class _TorchModule(KeepsCompilePhase):
     """What a Cell standing for a torch submodule shows in print(cell): its class and its bridged operators."""
 
     def __init__(self, kind: str, counts: str):
@@ -52,7 +38,7 @@ class ModuleListCell(_TorchModule, nn.CellList):
     """A torch module whose children are numbered (Sequential, ModuleList): indexed as cell[i]."""
 
 
-class OperatorSet(_Structural, nn.Cell):
+class OperatorSet(KeepsCompilePhase, nn.Cell):
     """The bridged operators of one graph (training or evaluation), one attribute per torch node."""
 
     def __init__(self, mode: str):

@@ -212,6 +212,15 @@ def npu_files(name: str, kernels: dict[str, Kernel], compiled: dict[str, Compile
               sources: list[str]) -> dict[str, str]:
     """CMakeLists.txt and host_launch.cpp of the CANN build: ascendc_library compiles the same kernel sources for
     the AI core, and each host launch runs the same compiled tiling, then ACLRT_LAUNCH_KERNEL."""
+    from .._native.paths import source_dir
+
+    support = (source_dir("kernels") / "ascendc" / "aot" / "tiling_support.h").read_text()
+    return {"CMakeLists.txt": _npu_cmake(name, sources), "host_launch.cpp": _npu_host(name, kernels, compiled),
+            "tiling_support.h": support}
+
+
+def _npu_cmake(name: str, sources: list[str]) -> str:
+    """The CMake project: the kernels through CANN's ascendc_library, the host launches linked against them."""
     cmake = f"""# Generated from the Ascend C kernel declarations of library {name}: the CANN build of its kernels
 # for a real NPU.
 #   python -m aot_ops.ascendc.npu [--project <this folder>]      (refuses to start without CANN)
@@ -249,6 +258,11 @@ target_include_directories({name}_npu PRIVATE ${{ASCEND_HOME_PATH}}/include)
 target_link_directories({name}_npu PRIVATE ${{ASCEND_HOME_PATH}}/lib64)
 target_link_libraries({name}_npu PRIVATE {name}_kernels ascendcl)
 """
+    return cmake
+
+
+def _npu_host(name: str, kernels: dict[str, Kernel], compiled: dict[str, CompiledTiling]) -> str:
+    """host_launch.cpp: per kernel, its compiled tiling and `<kernel>_launch`, which tiles and launches it."""
     launches = []
     for kernel_name, kernel in kernels.items():
         n = len(kernel.inputs) + len(kernel.outputs)
@@ -278,8 +292,5 @@ extern "C" int {kernel_name}_launch(void *stream, void **buffers, const int64_t 
 
 using namespace ascendc_tiling_support;
 """ + "".join(launches)
-    from .._native.paths import source_dir
-
-    support = (source_dir("kernels") / "ascendc" / "aot" / "tiling_support.h").read_text()
-    return {"CMakeLists.txt": cmake, "host_launch.cpp": host, "tiling_support.h": support}
+    return host
 

@@ -11,12 +11,14 @@ buffers, weights both ways, training and evaluation).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from torch.export import ExportedProgram
 
 from .cell import PortedCell, PortSpec, StateEntry
 from .codegen import generate
@@ -28,6 +30,8 @@ from .module_tree import Structure
 from .modes import Mode, constant_attribute
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
+
+log = logging.getLogger(__name__)
 
 
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
@@ -127,110 +131,155 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
                         "sizes): port with fuse=True for dynamic_batch/dynamic_shapes, or port each size you need")
     if dynamic_batch:
         dynamic_shapes = _batch_dimensions(model, args, tensor_kwargs)
-    name = type(model).__name__
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
-    args = args + tuple(tensor_kwargs.values())  # the graph's user inputs, in order
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    # The graphs are made functional by rewriting their in-place calls where that is exact (export.py), unless
-    # they are differentiated node by node (fuse=False), whose per-node gradients were checked on torch's
-    # functionalisation only
-    modes = _port_modes(model, inputs, dynamic_shapes, fuse, input_grads, evaluation_only, trainable, compile_inputs,
-                        rewrite_in_place=bool(fuse) or evaluation_only is not None)
-    graphs, fused, refused_training = modes.graphs, modes.fused, modes.refused_training
-    jit = jit and not modes.per_node_fan_out
+    # The stages, each taking the plan the one before made
+    plan = _exported(model, inputs, dynamic_shapes, evaluation_only, fuse, trainable, input_grads)
+    plan = _one_graph_where_the_same(plan)
+    if fuse:
+        plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
+        if compile_inputs is not None:
+            _set_compile_sizes(plan, compile_inputs)
+    elif jit and plan.half_gradients_fanned_out:
+        # MindSpore's autodiff of a PyNative ms.jit call sums a bfloat16 value's gradients itself (AddN, no
+        # bfloat16 CPU kernel), which the per-node graph avoids (fan_out.py): such a cell runs operator by operator.
+        log.warning("from_torch(%s): jit=True cannot apply: the port sums bfloat16 gradients per node, which "
+                    "MindSpore's autodiff of one PyNative graph cannot; the cell runs operator by operator in "
+                    "PyNative (cell.jit is False)", type(model).__name__)
+        jit = False
+    return _cell(model, plan, input_grads, evaluation_only is None, fuse, jit, share_weights)
 
+
+@dataclass
+class _Use:
+    """One graph the cell runs: for training, for evaluation, or for both when they are the same graph."""
+
+    program: ExportedProgram  # torch.export's
+    graph: Graph              # read from it (graph.py)
+    fused: Any = None         # with fuse: fused.FusedGraph, its programs
+
+
+@dataclass
+class _Plan:
+    """What the port produces, stage by stage: a use per mode; why the cell cannot train (None: it can); whether
+    the programs get a backward (AOTAutograd's: gradients in either mode), which an evaluation-only port's do not;
+    whether a per-node training graph had bfloat16 values fanned out (fan_out.py)."""
+
+    uses: dict[Mode, _Use]
+    no_training: str | None
+    backward: bool
+    half_gradients_fanned_out: bool = False
+
+    def evaluating_only(self, why: str) -> "_Plan":
+        """The plan without a training graph: a graph shared by both modes becomes the evaluation graph, to be
+        fused again without a backward (fused None); a separate evaluation graph keeps its programs."""
+        if Mode.BOTH in self.uses:
+            return _Plan({Mode.EVAL: replace(self.uses[Mode.BOTH], fused=None)}, why, backward=False)
+        return _Plan({Mode.EVAL: self.uses[Mode.EVAL]}, why, backward=False)
+
+    def graphs(self) -> dict[Mode, Graph]:
+        return {mode: use.graph for mode, use in self.uses.items()}
+
+
+def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_training: str | None,
+              fuse: bool | str, trainable: set[str], input_grads: bool) -> _Plan:
+    """The evaluation graph and, unless the port is for evaluation only, the training graph, each exported and
+    read. A training graph that cannot be ported is an error for a module in training mode; for one in
+    evaluation mode, the reason the cell cannot train. The exports are made functional by rewriting their
+    in-place calls where that is exact (export.py), except a training graph differentiated node by node
+    (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
+    bfloat16 values read several times fanned out before it is read (fan_out.py)."""
+    def use(training: bool) -> _Use:
+        program = export(model, inputs, dynamic_shapes, training=training, inference_only=no_training is not None,
+                         rewrite_in_place=bool(fuse) or no_training is not None)
+        if training and not fuse:
+            plan.half_gradients_fanned_out = fan_out_half_gradients(program, trainable, input_grads) > 0
+        return _Use(program, read(program, graph_shapes=fuse))
+
+    plan = _Plan({}, no_training, backward=no_training is None)
+    plan.uses[Mode.EVAL] = use(False)
+    if no_training is None:
+        try:
+            plan.uses[Mode.TRAIN] = use(True)
+        except PortError as exc:
+            if model.training:
+                raise
+            plan.no_training = _evaluation_only_because(model, exc)
+    return plan
+
+
+def _one_graph_where_the_same(plan: _Plan) -> _Plan:
+    """One graph for both modes where the training and evaluation graphs are the same (no dropout, no batch
+    norm): a cell then compiles and runs one graph."""
+    if Mode.TRAIN in plan.uses and _same(plan.uses[Mode.TRAIN].graph, plan.uses[Mode.EVAL].graph):
+        return replace(plan, uses={Mode.BOTH: plan.uses[Mode.EVAL]})
+    return plan
+
+
+def _fused(plan: _Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool,
+           compile_programs: bool) -> _Plan:
+    """Each use's programs (fused.py): with a backward from AOTAutograd where the cell trains (fused_cache.py
+    keeps its trace), the inference program alone where it does not. A training graph whose backward cannot be
+    traced (a Function's backward deciding on tensor values) leaves a module in evaluation mode ported for
+    evaluation only."""
+    from . import fused_cache
+    from .fused import fuse
+
+    name = type(model).__name__
+    for mode, use in plan.uses.items():
+        label = f"{name} ({mode.label})"
+        if use.fused is not None:
+            continue
+        if not plan.backward:
+            use.fused = fuse(use.program, use.graph, trainable, label, input_grads, inference_only=True)
+            continue
+        try:
+            use.fused = fused_cache.fuse(use.program, use.graph, trainable, label, input_grads,
+                                         keep_sources=compile_programs)
+        except PortError as exc:
+            if model.training or mode is Mode.EVAL or plan.no_training is not None:
+                raise
+            return _fused(plan.evaluating_only(_evaluation_only_because(model, exc)), model, trainable,
+                          input_grads, compile_programs)
+    return plan
+
+
+def _evaluation_only_because(model: torch.nn.Module, exc: PortError) -> str:
+    return f"{type(model).__name__} was ported for evaluation only; training mode cannot run: {exc}"
+
+
+def _set_compile_sizes(plan: _Plan, compile_inputs: dict[str, tuple[int, ...]]) -> None:
+    for use in plan.uses.values():
+        use.fused.compile_sizes = _size_values(use.program, compile_inputs)
+
+
+def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, differentiable: bool, fuse: bool | str,
+          jit: bool, share_weights: bool) -> PortedCell:
+    """The generated cell class (codegen.py) and its instance, holding the module's weights."""
+    name = type(model).__name__
+    graphs = plan.graphs()
+    fused = {mode: use.fused for mode, use in plan.uses.items()} if fuse else {}
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state, initial_state = _state_entries(model)
     aliases = {e.key: e.alias_of for e in state if e.alias_of}
     structure = Structure(modules, (entry.key for entry in state))
-    source = generate(_class_name(name), name, graphs, refused_training,
+    source = generate(_class_name(name), name, graphs, plan.no_training,
                       lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
-                      differentiable=evaluation_only is None)
+                      differentiable=differentiable)
     cls, path = _load_class(_class_name(name), source)
+    first = next(iter(graphs.values()))
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
         constants={constant_attribute(mode, k): v for mode, g in (fused or graphs).items()
                    for k, v in g.constants.items()},
-        inputs=next(iter(graphs.values())).inputs, out_spec=next(iter(graphs.values())).out_spec,
-        training=model.training and evaluation_only is None,
-        refused_training=refused_training,
+        inputs=first.inputs, out_spec=first.out_spec, training=model.training and differentiable,
+        refused_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
-        fused=fused, compile_programs=fuse == "compile", jit=jit)
+        fused=fused, compile_on_first_use=fuse == "compile", jit=jit)
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
-
-
-@dataclass
-class _Modes:
-    """What the port made of each mode: the graphs read from its export, fused programs (fuse=True)."""
-
-    graphs: dict[Mode, Graph]
-    fused: dict[Mode, Any]
-    refused_training: str | None
-    per_node_fan_out: bool  # bfloat16 gradients fanned out per node: the cell runs operator by operator
-
-
-def _port_modes(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, fuse: bool | str, input_grads: bool,
-                evaluation_only: str | None, trainable: set[str], compile_inputs: dict | None,
-                rewrite_in_place: bool) -> _Modes:
-    """The evaluation graph and, unless evaluation_only, the training graph (one graph for both when they are the
-    same), each exported, read and (with fuse) fused."""
-    name = type(model).__name__
-    programs = {Mode.EVAL: export(model, inputs, dynamic_shapes, training=False,
-                                  inference_only=evaluation_only is not None, rewrite_in_place=rewrite_in_place)}
-    graphs: dict[Mode, Graph] = {Mode.EVAL: read(programs[Mode.EVAL], graph_shapes=fuse)}
-    refused_training = evaluation_only
-    fan_out = False
-    try:
-        if evaluation_only is None:
-            programs[Mode.TRAIN] = export(model, inputs, dynamic_shapes, training=True,
-                                          rewrite_in_place=rewrite_in_place)
-            if not fuse and fan_out_half_gradients(programs[Mode.TRAIN], trainable, input_grads):
-                # Per node, MindSpore's autodiff would sum bfloat16 gradients itself (fan_out.py). Its backward of
-                # a PyNative ms.jit call still does (AddN, no bfloat16 CPU kernel): such a cell runs operator by
-                # operator in PyNative.
-                fan_out = True
-            graphs[Mode.TRAIN] = read(programs[Mode.TRAIN], graph_shapes=fuse)
-    except PortError as exc:
-        if model.training:
-            raise
-        refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
-    if Mode.TRAIN in graphs and _same(graphs[Mode.TRAIN], graphs[Mode.EVAL]):
-        graphs = {Mode.BOTH: graphs[Mode.EVAL]}
-        programs = {Mode.BOTH: programs[Mode.EVAL]}
-    fused = {}
-    if fuse:
-        from . import fused_cache
-        from .fused import fuse as fuse_graph
-
-        for mode in list(graphs):
-            label = f"{name} ({mode.label})"
-            try:
-                if evaluation_only is not None:  # no AOTAutograd: nothing worth keeping
-                    fused[mode] = fuse_graph(programs[mode], graphs[mode], trainable, label, input_grads,
-                                             inference_only=True)
-                else:
-                    fused[mode] = fused_cache.fuse(programs[mode], graphs[mode], trainable, label, input_grads,
-                                                   keep_sources=fuse == "compile")
-            except PortError as exc:
-                # The training graph's backward cannot be traced (a Function's backward deciding on tensor
-                # values): a module in evaluation mode still ports, refusing training when it is asked for.
-                if model.training or mode is Mode.EVAL or refused_training is not None:
-                    raise
-                refused_training = f"{name} was ported for evaluation only; training mode cannot run: {exc}"
-                if mode is Mode.BOTH:
-                    graphs = {Mode.EVAL: graphs[Mode.BOTH]}
-                    programs = {Mode.EVAL: programs[Mode.BOTH]}
-                    fused = {Mode.EVAL: fuse_graph(programs[Mode.EVAL], graphs[Mode.EVAL], trainable,
-                                                   f"{name} ({Mode.EVAL.label})", input_grads, inference_only=True)}
-                else:
-                    del graphs[mode], programs[mode]
-        if compile_inputs is not None:
-            for mode, graph in fused.items():
-                graph.compile_sizes = _size_values(programs[mode], compile_inputs)
-    return _Modes(graphs, fused, refused_training, fan_out)
 
 
 _FIXED_TYPES = (bool, int, float, str, type(None))

@@ -59,7 +59,7 @@ class PortSpec:
     refused_training: str | None = None        # why the training graph cannot run (dropout with p > 0)
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
-    compile_programs: bool = False             # fuse="compile": compile the programs a mode runs, on first use
+    compile_on_first_use: bool = False          # fuse="compile": each mode's programs compiled when it first runs
     jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
 
 
@@ -91,7 +91,7 @@ class PortedCell(nn.Cell):
             setattr(self, attribute, to_ms(tensor))
         self.assign = StateWrite()
         # Not cells: held in __dict__, out of MindSpore's attribute machinery.
-        self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_programs)
+        self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_on_first_use)
                                            for mode, fused in spec.fused.items()}
         self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():

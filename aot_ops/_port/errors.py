@@ -75,3 +75,9 @@ def describe(node: torch.fx.Node) -> str:
     if where:
         text += f" at {where}"
     return text
+
+
+# Where a node's output sizes depend on tensor values (data-dependent): the way such networks port
+SPLIT_ADVICE = (". To evaluate such a network (a detector, a mask-selecting head), port it with "
+                "aot_ops.from_torch_split(model): each graph between such operators becomes a cell, and torch runs "
+                "the operators whose sizes depend on values")

@@ -34,7 +34,7 @@ from torch.export import ExportedProgram
 from .._core import native_state as _runtime
 from .._aten import schema, sizes
 from .._aten.encode import encode
-from .errors import PortError
+from .errors import SPLIT_ADVICE, PortError
 from .functionalize import functionalize, retarget_devices
 from .functions import recorded_as_operators
 
@@ -264,7 +264,6 @@ def _explained(what: str):
         if "transformers.cache_utils" in text:
             raise PortError(f"{what}: {CACHE_ADVICE}") from exc
         if "data-dependent" in text.lower() or "DataDependent" in type(exc).__name__:
-            from .graph import SPLIT_ADVICE
 
             raise PortError(f"{what}: {type(exc).__name__}: {text}{SPLIT_ADVICE}") from exc
         if type(exc).__name__ == "UnsupportedOperatorException":  # an operator with no fake kernel

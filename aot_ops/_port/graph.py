@@ -22,7 +22,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
 from .._core.dtypes import has_ms_name
-from .errors import PortError, describe, module_of, source_line
+from .errors import SPLIT_ADVICE, PortError, describe, module_of, source_line
 from .export import is_size, refusal
 
 
@@ -311,10 +311,6 @@ _ATTENTION_DROPOUT = (". Set the attention dropout to 0 for training (dropout_p=
                       "the ported cell for evaluation only (cell.set_train(False))")
 # An output sized by values (nonzero, a boolean mask, torchvision's nms): the whole graph cannot be one MindSpore
 # graph, whose operators need their output shapes before they run; split at such operators, it can.
-SPLIT_ADVICE = (". To evaluate such a network (a detector, a mask-selecting head), port it with "
-                "aot_ops.from_torch_split(model): each graph between such operators becomes a cell, and torch runs "
-                "the operators whose sizes depend on values")
-
 _HINTS = {
     torch.ops.aten.native_dropout.default: ". Random numbers cannot match torch: set the dropout probability to 0 "
     "for training (for m in model.modules(): if isinstance(m, nn.Dropout): m.p = 0.0), or use the ported cell for "

@@ -98,15 +98,15 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
     why = (f"{type(model).__name__} was ported with evaluation_only=True: the cell has no training graph; port it "
            "without evaluation_only to train it") if evaluation_only else None
     return port(model, args, kwargs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes, fuse=fuse,
-                input_grads=input_grads, jit=jit, evaluation_only=why, share_weights=share_weights)
+                input_grads=input_grads, jit=jit, no_training=why, share_weights=share_weights)
 
 
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-         evaluation_only: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None,
+         no_training: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None,
          share_weights: bool = False) -> PortedCell:
-    """from_torch, and for ports made for one use (from_torch_lm: generation): `evaluation_only`, why the cell has
+    """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
     fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; other
@@ -135,7 +135,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
     # The stages, each taking the plan the one before made
-    plan = _exported(model, inputs, dynamic_shapes, evaluation_only, fuse, trainable, input_grads)
+    plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads)
     plan = _one_graph_where_the_same(plan)
     if fuse:
         plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
@@ -148,7 +148,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
                     "MindSpore's autodiff of one PyNative graph cannot; the cell runs operator by operator in "
                     "PyNative (cell.jit is False)", type(model).__name__)
         jit = False
-    return _cell(model, plan, input_grads, evaluation_only is None, fuse, jit, share_weights)
+    return _cell(model, plan, input_grads, no_training is None, fuse, jit, share_weights)
 
 
 @dataclass
@@ -191,7 +191,7 @@ def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_tr
     (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
     bfloat16 values read several times fanned out before it is read (fan_out.py)."""
     def use(training: bool) -> _Use:
-        program = export(model, inputs, dynamic_shapes, training=training, inference_only=no_training is not None,
+        program = export(model, inputs, dynamic_shapes, training=training, backward=no_training is None,
                          rewrite_in_place=bool(fuse) or no_training is not None)
         if training and not fuse:
             plan.half_gradients_fanned_out = fan_out_half_gradients(program, trainable, input_grads) > 0
@@ -205,7 +205,7 @@ def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_tr
         except PortError as exc:
             if model.training:
                 raise
-            plan.no_training = _evaluation_only_because(model, exc)
+            plan.no_training = _cannot_train_because(model, exc)
     return plan
 
 
@@ -232,7 +232,7 @@ def _fused(plan: _Plan, model: torch.nn.Module, trainable: set[str], input_grads
         if use.fused is not None:
             continue
         if not plan.backward:
-            use.fused = fuse(use.program, use.graph, trainable, label, input_grads, inference_only=True)
+            use.fused = fuse(use.program, use.graph, trainable, label, input_grads, backward=False)
             continue
         try:
             use.fused = fused_cache.fuse(use.program, use.graph, trainable, label, input_grads,
@@ -240,12 +240,12 @@ def _fused(plan: _Plan, model: torch.nn.Module, trainable: set[str], input_grads
         except PortError as exc:
             if model.training or mode is Mode.EVAL or plan.no_training is not None:
                 raise
-            return _fused(plan.evaluating_only(_evaluation_only_because(model, exc)), model, trainable,
+            return _fused(plan.evaluating_only(_cannot_train_because(model, exc)), model, trainable,
                           input_grads, compile_programs)
     return plan
 
 
-def _evaluation_only_because(model: torch.nn.Module, exc: PortError) -> str:
+def _cannot_train_because(model: torch.nn.Module, exc: PortError) -> str:
     return f"{type(model).__name__} was ported for evaluation only; training mode cannot run: {exc}"
 
 
@@ -254,7 +254,7 @@ def _set_compile_sizes(plan: _Plan, compile_inputs: dict[str, tuple[int, ...]]) 
         use.fused.compile_sizes = _size_values(use.program, compile_inputs)
 
 
-def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, differentiable: bool, fuse: bool | str,
+def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, backward: bool, fuse: bool | str,
           jit: bool, share_weights: bool) -> PortedCell:
     """The generated cell class (codegen.py) and its instance, holding the module's weights."""
     name = type(model).__name__
@@ -266,15 +266,15 @@ def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, differentiable
     structure = Structure(modules, (entry.key for entry in state))
     source = generate(_class_name(name), name, graphs, plan.no_training,
                       lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
-                      differentiable=differentiable)
+                      backward=backward)
     cls, path = _load_class(_class_name(name), source)
     first = next(iter(graphs.values()))
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
         constants={constant_attribute(mode, k): v for mode, g in (fused or graphs).items()
                    for k, v in g.constants.items()},
-        inputs=first.inputs, out_spec=first.out_spec, training=model.training and differentiable,
-        refused_training=plan.no_training,
+        inputs=first.inputs, out_spec=first.out_spec, training=model.training and backward,
+        no_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_on_first_use=fuse == "compile", jit=jit)
     cell = cls(spec, initial_state, share_weights)

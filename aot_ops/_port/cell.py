@@ -56,7 +56,7 @@ class PortSpec:
     inputs: list                               # graph.UserInput of the user inputs
     out_spec: object                           # the outputs' structure (a torch pytree spec)
     training: bool                             # the module's mode when it was ported
-    refused_training: str | None = None        # why the training graph cannot run (dropout with p > 0)
+    no_training: str | None = None             # why the cell cannot train (dropout with p > 0), or None
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
     compile_on_first_use: bool = False          # fuse="compile": each mode's programs compiled when it first runs
@@ -217,8 +217,8 @@ class PortedCell(nn.Cell):
     # ---- training and evaluation -------------------------------------------------------------------------------
 
     def set_train(self, mode: bool = True):
-        if mode and self._spec.refused_training:
-            raise PortError(self._spec.refused_training)
+        if mode and self._spec.no_training:
+            raise PortError(self._spec.no_training)
         if self._compile_programs(mode):
             self._rebuild_operators()
         return super().set_train(mode)

@@ -30,15 +30,16 @@ _LINE = 118
 _TRAIN, _EVAL, _BOTH = Mode.TRAIN.value, Mode.EVAL.value, Mode.BOTH.value
 
 
-def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refused_training: str | None,
+def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_training: str | None,
              state_expr: Callable[[str], str], fused: dict | None = None, input_grads: bool = True,
-             differentiable: bool = True) -> str:
+             backward: bool = True) -> str:
     """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
     when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
     Parameter ("self.layer1[0].conv1.weight"). `fused` (fuse=True) maps the same modes to their fused.FusedGraph:
     each forward method is then one program call, and a bprop per mode calls the backward program.
-    `input_grads=False`: construct passes the floating inputs through ops.stop_gradient. `differentiable=False`
-    (an inference-only port): the updated buffers are not copied for a backward that never runs."""
+    `input_grads=False`: construct passes the floating inputs through ops.stop_gradient. `backward=False`
+    (an inference-only port): the updated buffers are not copied for a backward that never runs. `no_training`:
+    why the cell cannot train (construct raises it in training mode), or None."""
     # The source names modes by their values ("forward_train", "'eval'"): plain strings from here on.
     graphs = {Mode(m).value: g for m, g in graphs.items()}
     fused = None if fused is None else {Mode(m).value: f for m, f in fused.items()}
@@ -69,13 +70,13 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], refuse
             "",
             *_make_operators(graphs, fused),
             "",
-            *_construct(module_name, first.inputs, graphs, refused_training, input_grads)]
+            *_construct(module_name, first.inputs, graphs, no_training, input_grads)]
     for mode, graph in graphs.items():
         out.append("")
         if fused:
-            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, differentiable))
+            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, backward))
         else:
-            out.extend(_forward(mode, graph, state_expr, differentiable))
+            out.extend(_forward(mode, graph, state_expr, backward))
     if _has_dict(first.out_spec):
         out.extend(_flat_twin(class_name, ", ".join(i.name for i in first.inputs), first.out_spec))
     return "\n".join(out) + "\n"
@@ -105,7 +106,7 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
     return out
 
 
-def _construct(module_name: str, inputs: list, graphs: dict[str, Graph], refused_training: str | None,
+def _construct(module_name: str, inputs: list, graphs: dict[str, Graph], no_training: str | None,
                input_grads: bool) -> list[str]:
     """construct(): the input checks, then the training or the evaluation graph (self.training)."""
     params = ", ".join(i.name for i in inputs)
@@ -123,7 +124,7 @@ def _construct(module_name: str, inputs: list, graphs: dict[str, Graph], refused
         if _TRAIN in graphs:
             out.append(f"            return self.forward_train({params})")
         else:
-            out.append(f"            raise RuntimeError({refused_training!r})")
+            out.append(f"            raise RuntimeError({no_training!r})")
         out.append(f"        return self.forward_eval({params})")
     return out
 
@@ -163,14 +164,14 @@ def _leaf_paths(spec, prefix: str = "") -> list[str]:
 
 
 def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str],
-                          differentiable: bool = True) -> tuple[list[str], dict[str, str]]:
+                          backward: bool = True) -> tuple[list[str], dict[str, str]]:
     """Lines reading each buffer the graph updates into a copy first, and buffer key -> that copy's name.
 
     A Parameter passed to an operator reaches its bprop by reference: the bprop runs after the forward's Assign and,
     in PyNative, read the new value (`self.r = self.r * 0.5` after using r gave wrong gradients). The copy is taken
     before the Assign, so forward and backward see the value torch used. Without a backward no copy is needed."""
     lines, names = [], {}
-    if not differentiable:
+    if not backward:
         return lines, names
     for k, key in enumerate(sorted(updated)):
         names[key] = f"_buffer_read_{k}"
@@ -178,8 +179,8 @@ def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str],
     return lines, names
 
 
-def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], differentiable: bool = True) -> list[str]:
-    read_lines, copies = _updated_buffer_reads({key for key, _ in graph.buffer_updates}, state_expr, differentiable)
+def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward: bool = True) -> list[str]:
+    read_lines, copies = _updated_buffer_reads({key for key, _ in graph.buffer_updates}, state_expr, backward)
 
     def value(name: str) -> str:
         if name in graph.state:
@@ -209,9 +210,9 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], differen
 
 
 def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str],
-                   differentiable: bool = True) -> list[str]:
+                   backward: bool = True) -> list[str]:
     """forward_<mode> as one program call, then the buffer updates, then the outputs."""
-    read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr, differentiable)
+    read_lines, copies = _updated_buffer_reads({key for key, _ in fused.buffer_updates}, state_expr, backward)
 
     def value(program_input: ProgramInput) -> str:
         name = program_input.name

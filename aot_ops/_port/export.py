@@ -105,8 +105,8 @@ class Inputs:
 
 
 def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
-           inference_only: bool = False, rewrite_in_place: bool = False) -> ExportedProgram:
-    """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `inference_only`:
+           backward: bool = True, rewrite_in_place: bool = False) -> ExportedProgram:
+    """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `backward=False`:
     the graph will never be differentiated (a user's autograd.Function keeps its forward's operators).
     `rewrite_in_place`: the training-level graph is made functional by rewriting its in-place calls
     (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces the whole module
@@ -116,7 +116,7 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            functions = contextlib.nullcontext() if inference_only else recorded_as_operators()
+            functions = recorded_as_operators() if backward else contextlib.nullcontext()
             with _explained("torch.export could not trace the module"), functions, \
                     _fixed_keywords(model, inputs.fixed_kwargs):
                 program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
@@ -128,7 +128,7 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                 _detach_no_grad_results(program)
                 with _explained("torch.export could not make the graph functional"):
                     program = program.run_decompositions({})
-            if not inference_only:
+            if backward:
                 _differentiable_copies(program)
             return _decompose_refused(program)
     finally:

@@ -73,13 +73,13 @@ class FusedGraph:
         return sum(1 for i in self.inference_inputs if i.origin is not Origin.INFERENCE)
 
 def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str,
-         input_grads: bool = True, inference_only: bool = False) -> FusedGraph:
+         input_grads: bool = True, backward: bool = True) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `trainable`: the state keys of the
     parameters that get gradients; `label` names them in errors.
     `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters).
-    `inference_only`: the inference program alone (no gradient will be asked: AOTAutograd is not run)."""
+    `backward=False`: the inference program alone (no gradient will be asked: AOTAutograd is not run)."""
     output_specs = program.graph_signature.output_specs
-    if inference_only:
+    if not backward:
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label, write_buffers=True)
         return fused

@@ -193,7 +193,7 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
         step = {"input_ids": (batch_size, 1), "attention_mask": (batch_size, max_length),
                 "position_ids": (batch_size, 1), "cache_position": (1,)}
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
-                    evaluation_only=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
+                    no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
                     compile_inputs=step if fuse == "compile" else None, share_weights=share_weights)
     finally:

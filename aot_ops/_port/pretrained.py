@@ -84,7 +84,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
             ported = port(loading.model, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                                               "use_cache": False},
                           dynamic_shapes={"input_ids": sizes, "attention_mask": sizes}, fuse=fuse, jit=jit,
-                          evaluation_only=f"{type(loading.model).__name__} was ported from its checkpoint for "
+                          no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True)
     except BaseException:

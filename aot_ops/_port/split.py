@@ -90,7 +90,7 @@ class SplitPort:
         inputs = self._weights_as_attributes(graph, example_inputs)
         part.input_shapes = [tuple(example_inputs[i].shape) for i in inputs]
         part.cell = port(graph, tuple(example_inputs[i] for i in inputs), fuse=self.fuse, input_grads=False,
-                         evaluation_only="a split port evaluates only")
+                         no_training="a split port evaluates only")
         weights = {k: id(x) for k, x in enumerate(example_inputs) if k not in inputs}
         return _on_mindspore(part.cell, inputs, weights)
 

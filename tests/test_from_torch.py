@@ -890,6 +890,20 @@ def test_data_dependent_shape_is_refused():
         aot_ops.from_torch(Nonzero(), (torch.randn(4),))
 
 
+def test_an_error_of_aot_ops_own_code_while_tracing_is_not_labelled_torch_s(monkeypatch):
+    """Errors torch raises while tracing become PortErrors in torch's words; one raised by aot_ops' own code (here
+    made to fail: the helper the AOTAutograd trace calls on every output is given aot_ops' frames(), which fails
+    on a tensor) surfaces with its own type and traceback."""
+    from aot_ops._port import errors, fused
+
+    monkeypatch.setattr(fused, "_unaliased", lambda output, _inputs: errors.frames(output))
+    monkeypatch.setenv("AOT_OPS_FUSED_CACHE", "0")
+    with pytest.raises(AttributeError) as raised:
+        aot_ops.from_torch(nn.Linear(3, 2), (torch.randn(2, 3),), fuse=True)
+    assert not isinstance(raised.value, aot_ops.PortError)
+    assert raised.traceback[-1].path.name == "errors.py"
+
+
 class KeptRows(nn.Module):
     """A feature extractor, the rows whose score is positive (a data-dependent count), a head on those rows."""
 

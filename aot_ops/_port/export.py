@@ -34,7 +34,7 @@ from torch.export import ExportedProgram
 from .._core import native_state as _runtime
 from .._aten import schema, sizes
 from .._aten.encode import encode
-from .errors import SPLIT_ADVICE, PortError
+from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
 from .functionalize import functionalize, retarget_devices
 from .functions import recorded_as_operators
 
@@ -260,6 +260,8 @@ def _explained(what: str):
     except PortError:
         raise
     except Exception as exc:  # torch's many export exception types; its text says what and where
+        if raised_by_aot_ops(exc):
+            raise  # a bug or a check of ours: with its own type and traceback, not labelled torch's
         text = str(exc).strip()
         if "transformers.cache_utils" in text:
             raise PortError(f"{what}: {CACHE_ADVICE}") from exc

@@ -24,7 +24,7 @@ from torch.export.graph_signature import InputKind
 from .._aten.sizes import from_sympy
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource
-from .errors import PortError
+from .errors import PortError, raised_by_aot_ops
 from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
 from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
@@ -138,6 +138,8 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     except PortError:
         raise
     except Exception as exc:  # torch's tracing errors: what failed, in torch's words
+        if raised_by_aot_ops(exc):
+            raise  # a bug or a check of ours: with its own type and traceback, not labelled torch's
         raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
     return _JointTrace(captured, len(outs), differentiable)
 

@@ -87,6 +87,19 @@ def test_what_changes_the_programs_changes_the_key(traces, aot_cache, change):
     assert (traces.count, _kept(aot_cache)) == (2, 2)
 
 
+class ScalarScaled(ScaledClassifier):
+    """Constants of no dimension (an integer and a float scalar, as transformers' audio and T5 models hold)."""
+
+    def forward(self, x, target):
+        return torch.nn.functional.cross_entropy(self.body(x) * torch.tensor(self.scale[0]), target) * torch.tensor(2)
+
+
+def test_a_graph_with_zero_dimension_constants_is_kept(traces, aot_cache):
+    for seed in (0, 1):
+        _port_and_train(ScalarScaled([1.5], seed=seed))
+    assert (traces.count, _kept(aot_cache)) == (1, 1)
+
+
 class StraightThroughRound(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):

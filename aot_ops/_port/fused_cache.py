@@ -88,7 +88,7 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
         if not isinstance(value, torch.Tensor):
             return None  # a script object: its state is not in the key
         digest.update(name.encode() + b"\0" + str(value.dtype).encode() + str(tuple(value.shape)).encode())
-        digest.update(value.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+        digest.update(value.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())  # 0-dim too
     return digest.hexdigest()[:cache.KEY_LENGTH * 2]
 
 

@@ -105,8 +105,9 @@ class _Context:
         self.materialize_grads = value
 
     def mark_dirty(self, *tensors):
-        raise RuntimeError(f"{self._label} modifies its input in place (ctx.mark_dirty): it cannot be ported; "
-                           "return a new tensor instead")
+        from .errors import PortError
+        raise PortError(f"{self._label} modifies its input in place (ctx.mark_dirty): it cannot be ported; "
+                        "return a new tensor instead")
 
     @property
     def saved_variables(self):
@@ -135,8 +136,9 @@ def _flat_outputs(app: Application, output, inputs) -> list[torch.Tensor]:
     other)."""
     outputs = list(output) if isinstance(output, (tuple, list)) else [output]
     if not all(isinstance(o, torch.Tensor) for o in outputs):
+        from .errors import PortError
         kinds = ", ".join(type(o).__name__ for o in outputs)
-        raise TypeError(f"{app.label} returns {kinds}: only tensors can be ported as a Function's outputs")
+        raise PortError(f"{app.label} returns {kinds}: only tensors can be ported as a Function's outputs")
     flat: list[torch.Tensor] = []
     for o in outputs:  # nor may they alias each other (a saved output returned by the replay)
         others = [t for t in inputs if isinstance(t, torch.Tensor)] + flat

@@ -23,8 +23,8 @@ from graph_compiles import GraphCompiles
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch
 from torch_nets import (AttentionNet, ConcatNet, ContainerNet, ConvNet, DictMLP, GroupedAttentionNet, LookupNet,
-                        LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, TiedEmbeddingNet, TinyGPT,
-                        TinyViT, TokenNet, TransformerClassifier, UpsamplingDecoder, WithLoss)
+                        LSTMNet, MaskedAttentionNet, MemoryNet, NormalizedNet, ResNet, RoundThrough, TiedEmbeddingNet,
+                        TinyGPT, TinyViT, TokenNet, TransformerClassifier, UpsamplingDecoder, WithLoss)
 
 pytestmark = pytest.mark.spread  # each test function a group of its own (tests/scheduling.py); ports are shared
 
@@ -833,18 +833,6 @@ def test_outputs_that_alias_inputs_or_each_other(mode, fuse, shared_ports):
     grads = ms.grad(cell, None, cell.trainable_params())(to_ms(x))  # every output's gradient is ones
     torch.testing.assert_close(to_torch(grads[0]), model.linear.weight.grad)
     torch.testing.assert_close(to_torch(grads[1]), model.linear.bias.grad)
-
-
-class RoundThrough(torch.autograd.Function):
-    """A straight-through round: the gradient passes as if the round were the identity."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return torch.round(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
 
 
 @pytest.mark.parametrize("detached", [False, True], ids=["autograd_function", "detach"])

@@ -14,6 +14,7 @@ import torch
 import aot_ops
 import aot_ops._port.fused as fused_module
 from port_support import assert_state_close, batches, train_mindspore, train_torch
+from torch_nets import RoundThrough
 
 DATA = batches((4, 6), count=3)
 
@@ -100,19 +101,9 @@ def test_a_graph_with_zero_dimension_constants_is_kept(traces, aot_cache):
     assert (traces.count, _kept(aot_cache)) == (1, 1)
 
 
-class StraightThroughRound(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return torch.round(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
 class RoundedClassifier(ScaledClassifier):
     def forward(self, x, target):
-        return torch.nn.functional.cross_entropy(StraightThroughRound.apply(self.body(x) * 4) / 4, target)
+        return torch.nn.functional.cross_entropy(RoundThrough.apply(self.body(x) * 4) / 4, target)
 
 
 def test_a_graph_with_operators_torch_does_not_define_is_not_kept(traces, aot_cache):

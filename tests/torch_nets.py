@@ -314,3 +314,15 @@ class WithLoss(nn.Module):
     def forward(self, x, target):
         out = self.model(x)
         return F.cross_entropy(out[self.key] if self.key else out, target)
+
+
+class RoundThrough(torch.autograd.Function):
+    """A straight-through round: the gradient passes as if the round were the identity."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad

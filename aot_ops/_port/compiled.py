@@ -206,16 +206,23 @@ def _cpu() -> str:
 
 
 def _inductor_settings() -> str:
-    """Inductor's configuration as torch's own cache keys it (its portable part: no process-specific values)."""
+    """Inductor's configuration as torch's own cache keys it."""
     from torch._inductor import config
 
+    # Inductor fills this entry in place during a compile (the platform and ISA it compiled for), so it would
+    # differ between a process that compiled and one that did not.
+    return portable_settings(config, leave_out=("aot_inductor.metadata",))
+
+
+def portable_settings(config, leave_out: tuple[str, ...] = ()) -> str:
+    """A torch config module's portable part (no process-specific values) as JSON, for a cache key; "" where
+    this torch cannot give it."""
     try:
         settings = dict(config.save_config_portable())
     except Exception:  # noqa: BLE001 - an older or newer torch: the version in the key covers its defaults
         return ""
-    # Inductor fills this dict in place during a compile (the platform and ISA it compiled for), so it would
-    # differ between a process that compiled and one that did not.
-    settings.pop("aot_inductor.metadata", None)
+    for name in leave_out:
+        settings.pop(name, None)
     return json.dumps(settings, sort_keys=True, default=repr)
 
 

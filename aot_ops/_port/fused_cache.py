@@ -31,6 +31,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .._build import cache, private
+from .compiled import portable_settings
 from .graph import Graph
 
 log = logging.getLogger(__name__)
@@ -108,10 +109,7 @@ def _package_digest() -> str:
 def _functorch_settings() -> str:
     from torch._functorch import config
 
-    try:
-        return json.dumps(dict(config.save_config_portable()), sort_keys=True, default=repr)
-    except Exception:  # noqa: BLE001 - an older or newer torch: the version in the key covers its defaults
-        return ""
+    return portable_settings(config)
 
 
 def _read(path: Path):

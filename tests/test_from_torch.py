@@ -885,7 +885,7 @@ def test_an_error_of_aot_ops_own_code_while_tracing_is_not_labelled_torch_s(monk
     from aot_ops._port import errors, fused
 
     monkeypatch.setattr(fused, "_unaliased", lambda output, _inputs: errors.frames(output))
-    monkeypatch.setenv("AOT_OPS_FUSED_CACHE", "0")
+    monkeypatch.setenv("AOT_OPS_PORT_CACHE", "0")
     with pytest.raises(AttributeError) as raised:
         aot_ops.from_torch(nn.Linear(3, 2), (torch.randn(2, 3),), fuse=True)
     assert not isinstance(raised.value, aot_ops.PortError)

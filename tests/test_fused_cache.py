@@ -48,7 +48,7 @@ class Traces:
 
 @pytest.fixture
 def traces(aot_cache, monkeypatch):
-    monkeypatch.delenv("AOT_OPS_FUSED_CACHE", raising=False)
+    monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
     return Traces(monkeypatch)
 
 
@@ -114,7 +114,7 @@ def test_a_graph_with_operators_torch_does_not_define_is_not_kept(traces, aot_ca
 
 
 def test_the_cache_can_be_turned_off(traces, aot_cache, monkeypatch):
-    monkeypatch.setenv("AOT_OPS_FUSED_CACHE", "0")
+    monkeypatch.setenv("AOT_OPS_PORT_CACHE", "0")
     for _ in range(2):
         _port_and_train(ScaledClassifier([1.0, 2.0, 0.5, 1.0, 3.0]))
     assert (traces.count, _kept(aot_cache)) == (2, 0)
@@ -124,9 +124,9 @@ def test_a_truncated_entry_is_traced_again_with_a_warning(traces, aot_cache, cap
     _port_and_train(ScaledClassifier([1.0, 2.0, 0.5, 1.0, 3.0]))
     (entry,) = (aot_cache / "fused").glob("*.pkl")
     entry.write_bytes(entry.read_bytes()[:100])
-    with caplog.at_level(logging.WARNING, logger="aot_ops._port.fused_cache"):
+    with caplog.at_level(logging.WARNING, logger="aot_ops._port.kept"):
         _port_and_train(ScaledClassifier([1.0, 2.0, 0.5, 1.0, 3.0]))
     assert traces.count == 2
-    assert any("ignoring the cached fused programs" in r.getMessage() and str(entry) in r.getMessage()
+    assert any("ignoring the kept entry" in r.getMessage() and str(entry) in r.getMessage()
                for r in caplog.records)
     assert os.path.getsize(entry) > 100  # written again, whole

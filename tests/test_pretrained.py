@@ -97,6 +97,90 @@ def test_a_port_of_the_loaded_model_takes_its_parameters_without_a_copy(folders)
     assert torch_view(weight).data_ptr() != model.model.embed_tokens.weight.data_ptr()  # share_weights=False copies
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["past the page cache", "through the page cache"])
+def test_both_ways_of_reading_give_the_stored_bytes(folders, direct):
+    """Direct reads (O_DIRECT into an aligned buffer: whole blocks around each tensor) and reads through the page
+    cache give every tensor's exact bytes, whatever its offset in the file."""
+    from safetensors.torch import load_file
+
+    from aot_ops._port.checkpoint import Checkpoint, file_order
+
+    checkpoint = Checkpoint(folders["llama"])
+    expected = {}
+    for file in sorted(folders["llama"].glob("*.safetensors")):
+        expected.update(load_file(file))
+    destinations = [(stored, torch.empty(stored.shape, dtype=stored.dtype))
+                    for stored in checkpoint.tensors.values()]
+    assert any(stored.start % 4096 for stored, _ in destinations)  # offsets within a block
+    with checkpoint.reads(direct=direct) as reads:
+        for stored, destination in file_order(destinations):
+            reads.read_into(stored, destination)
+    for stored, destination in destinations:
+        assert torch.equal(destination, expected[stored.name]), stored.name
+
+
+# ---- the port kept: a later port of the same model exports nothing ------------------------------------------------
+
+class Exports:
+    """Counts torch.export runs of ports."""
+
+    def __init__(self, monkeypatch):
+        import aot_ops._port as port_module
+
+        self.count, export = 0, port_module.export
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return export(*args, **kwargs)
+
+        monkeypatch.setattr(port_module, "export", counted)
+
+
+def _kept_plans(aot_cache) -> int:
+    return len(list((aot_cache / "plans").glob("*[0-9a-f].pkl")))
+
+
+def test_a_second_port_of_the_same_model_exports_nothing(folders, aot_cache, monkeypatch):
+    monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
+    exports = Exports(monkeypatch)
+    ids = prompt(vocab=LLAMA["vocab_size"])
+    with torch.no_grad():
+        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                                                        do_sample=False, pad_token_id=0)
+    for _ in range(2):
+        lm = aot_ops.from_pretrained(folders["llama"], max_length=20)
+        assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=6)).tolist() == expected.tolist()
+    assert (exports.count, _kept_plans(aot_cache)) == (1, 1)
+    # What changes the graph makes another entry: the options, the weights' dtype, the configuration
+    aot_ops.from_pretrained(folders["llama"], max_length=16)
+    aot_ops.from_pretrained(folders["llama"], max_length=20, dtype=torch.float32)
+    assert (exports.count, _kept_plans(aot_cache)) == (3, 3)
+    folder = _copy_folder(folders["llama"], aot_cache.parent / "llama")
+    config = json.loads((folder / "config.json").read_text())
+    config["rms_norm_eps"] = 1e-3  # a number inside the graph
+    (folder / "config.json").write_text(json.dumps(config))
+    lm = aot_ops.from_pretrained(folder, max_length=20)
+    assert (exports.count, _kept_plans(aot_cache)) == (4, 4)
+    with torch.no_grad():
+        expected = reference(folder).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                                              do_sample=False, pad_token_id=0)
+    assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=6)).tolist() == expected.tolist()
+
+
+def test_a_model_class_of_the_user_or_a_switched_off_cache_keeps_nothing(folders, aot_cache, monkeypatch):
+    class MyLlama(transformers.LlamaForCausalLM):  # code of the user's: not described by the configuration
+        pass
+
+    exports = Exports(monkeypatch)
+    monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
+    for _ in range(2):
+        aot_ops.from_pretrained(folders["llama"], max_length=20, model_class=MyLlama)
+    monkeypatch.setenv("AOT_OPS_PORT_CACHE", "0")
+    for _ in range(2):
+        aot_ops.from_pretrained(folders["llama"], max_length=20)
+    assert (exports.count, _kept_plans(aot_cache)) == (4, 0)
+
+
 # ---- what does not match is named ---------------------------------------------------------------------------------
 
 def _copy_folder(source, target):

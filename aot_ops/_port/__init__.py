@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 from torch.export import ExportedProgram
 
+from . import plan_cache
 from .cell import PortedCell, PortSpec, StateEntry
 from .codegen import generate
 from .errors import PortError
@@ -61,7 +62,7 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       one more, instead of one call per node: MindSpore's per-call dispatch is paid twice per training step.
       Also with dynamic_batch/dynamic_shapes (sizes are computed from the input shapes at run time). The traced
       programs are kept in the build cache by graph: a later port of the same graph (any weights, any process)
-      skips AOTAutograd's trace, most of a training port's time (fused_cache.py; AOT_OPS_FUSED_CACHE=0: off).
+      skips AOTAutograd's trace, most of a training port's time (fused_cache.py; AOT_OPS_PORT_CACHE=0: off).
     - `fuse="compile"`: as fuse=True, with the graphs compiled ahead of time by torch's Inductor (AOTInductor) into
       fused CPU loops, run from C++ with no Python: the forward and backward of training when the cell first runs
       in training mode (here, if the module is training), the evaluation graph when it first runs in evaluation
@@ -105,12 +106,13 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
          no_training: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None,
-         share_weights: bool = False) -> PortedCell:
+         share_weights: bool = False, plan_key: str | None = None) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
     fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; other
-    sizes run interpreted)."""
+    sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
+    the plan kept under it is used instead of exporting and fusing, or made and kept."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -134,14 +136,18 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    # The stages, each taking the plan the one before made
-    plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads)
-    plan = _one_graph_where_the_same(plan)
-    if fuse:
-        plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
-        if compile_inputs is not None:
-            _set_compile_sizes(plan, compile_inputs)
-    elif jit and plan.half_gradients_fanned_out:
+    plan = plan_cache.read(plan_key) if plan_key and fuse != "compile" else None
+    if plan is None:
+        # The stages, each taking the plan the one before made
+        plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads)
+        plan = _one_graph_where_the_same(plan)
+        if fuse:
+            plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
+            if compile_inputs is not None:
+                _set_compile_sizes(plan, compile_inputs)
+        if plan_key and fuse != "compile":
+            plan_cache.write(plan_key, plan)
+    if not fuse and jit and plan.half_gradients_fanned_out:
         # MindSpore's autodiff of a PyNative ms.jit call sums a bfloat16 value's gradients itself (AddN, no
         # bfloat16 CPU kernel), which the per-node graph avoids (fan_out.py): such a cell runs operator by operator.
         log.warning("from_torch(%s): jit=True cannot apply: the port sums bfloat16 gradients per node, which "
@@ -155,7 +161,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
 class _Use:
     """One graph the cell runs: for training, for evaluation, or for both when they are the same graph."""
 
-    program: ExportedProgram  # torch.export's
+    program: ExportedProgram | None  # torch.export's (None in a plan kept by plan_cache.py)
     graph: Graph              # read from it (graph.py)
     fused: Any = None         # with fuse: fused.FusedGraph, its programs
 

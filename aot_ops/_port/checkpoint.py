@@ -2,18 +2,24 @@
 
 A folder holds `model.safetensors`, or shards listed by `model.safetensors.index.json` (what save_pretrained
 writes). A safetensors file is an 8-byte little-endian header length, a JSON header (each tensor's dtype, shape
-and byte range in the data that follows), then the data: a tensor is read with one `readinto` from its range into
-its destination, so the bytes pass through no buffer of ours and the file is not mapped (the page cache holds
-what the kernel reads; none of it counts as this process's memory). A tensor stored in another dtype than its
-destination is read in slices and converted.
+and byte range in the data that follows), then the data. The file is not mapped: each tensor is read from its
+byte range into its destination (Checkpoint.reads). Where the file system allows, the reads bypass the page cache
+(O_DIRECT): the disk writes into an aligned buffer of 16 MB, copied into the destination, instead of into pages
+of the page cache that the kernel must first find memory for (a 4 GB file read into fresh memory: 3.3-4.7 s
+direct, 5.6-7.1 s through the cache, on this project's 2-core VM), and the cache is not filled with a checkpoint
+that is read once. Elsewhere (and for a tensor stored in another dtype than its destination, read in slices and
+converted) the reads go through the page cache, whose pages are dropped as they are read where the checkpoint
+would not fit in memory beside its copy.
 """
 from __future__ import annotations
 
 import json
+import mmap
 import os
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -26,6 +32,8 @@ _DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch
 _READ_SLICE = 64 << 20     # bytes read at a time
 _CONVERT_SLICE = 32 << 20  # bytes read at a time when converting dtypes
 _MAX_HEADER = 100 << 20    # safetensors' own limit
+_DIRECT_BUFFER = 16 << 20  # bytes read at a time past the page cache
+_DIRECT_ALIGNMENT = 4096   # O_DIRECT reads whole logical blocks, into memory aligned as much
 
 
 @dataclass(frozen=True)
@@ -74,16 +82,41 @@ class Checkpoint:
     def nbytes(self) -> int:
         return sum(t.end - t.start for t in self.tensors.values())
 
+    @contextmanager
+    def reads(self, drop_cache: bool = False, direct: bool = True) -> Iterator["_Reads"]:
+        """A reader of this checkpoint's tensors (`reads.read_into(stored, destination)`), its files kept open
+        until the block ends. `drop_cache`: pages read through the page cache are dropped as they are read: a
+        checkpoint of the size of the memory otherwise pushes its own destination out (a 14 GB checkpoint read at
+        0.97 GB/s keeping its pages, 2.25 GB/s dropping them). `direct=False`: never past the page cache."""
+        with ExitStack() as files:
+            yield _Reads(self, files, drop_cache, direct)
+
     def read_into(self, stored: StoredTensor, destination: torch.Tensor, drop_cache: bool = False) -> None:
+        """Reads `stored` into `destination` (see _Reads.read_into)."""
+        with self.reads(drop_cache) as reads:
+            reads.read_into(stored, destination)
+
+
+class _Reads:
+    """Reads of a checkpoint's tensors, each file opened once (past the page cache where it can be)."""
+
+    def __init__(self, checkpoint: Checkpoint, files: ExitStack, drop_cache: bool, direct: bool):
+        self.files, self.drop_cache, self.direct = files, drop_cache, direct
+        self.direct_files: dict[Path, int | None] = {}  # file -> its O_DIRECT descriptor (None: not possible)
+        self.buffer: torch.Tensor | None = None         # page-aligned, for the direct reads
+
+    def read_into(self, stored: StoredTensor, destination: torch.Tensor) -> None:
         """Reads `stored` into `destination` (a contiguous CPU tensor of the same shape; any floating dtype when
-        `stored` is floating, converted as torch's `copy_` converts). `drop_cache`: the pages read are dropped
-        from the page cache as they are read: a checkpoint of the size of the memory otherwise pushes its own
-        destination out (a 14 GB checkpoint read at 0.97 GB/s keeping its pages, 2.25 GB/s dropping them)."""
+        `stored` is floating, converted as torch's `copy_` converts)."""
         if tuple(destination.shape) != stored.shape:
             raise PortError(f"checkpoint: {stored.describe()} does not fit a tensor of shape "
                             f"{list(destination.shape)}")
+        fd = self._direct(stored.file) if destination.dtype == stored.dtype else None
+        if fd is not None:
+            _read_direct(fd, self.buffer, stored, destination.view(-1).view(torch.uint8))
+            return
         with open(stored.file, "rb", buffering=0) as f:
-            reader = _Reader(f, stored, drop_cache)
+            reader = _Reader(f, stored, self.drop_cache)
             if destination.dtype == stored.dtype:
                 reader.read(_bytes_of(destination))
                 return
@@ -96,6 +129,42 @@ class Checkpoint:
                 part = buffer[:min(step, flat.numel() - begin)]
                 reader.read(_bytes_of(part))
                 flat[begin:begin + part.numel()].copy_(part)
+
+
+    def _direct(self, file: Path) -> int | None:
+        if not self.direct or not hasattr(os, "O_DIRECT"):
+            return None
+        if file not in self.direct_files:
+            try:
+                fd = os.open(file, os.O_RDONLY | os.O_DIRECT)
+            except OSError:  # a file system without direct reads (tmpfs): through the page cache
+                fd = None
+            else:
+                self.files.callback(os.close, fd)
+                if self.buffer is None:
+                    memory = mmap.mmap(-1, _DIRECT_BUFFER)  # page-aligned
+                    self.files.callback(memory.close)
+                    self.buffer = torch.frombuffer(memory, dtype=torch.uint8)
+                    self.files.callback(setattr, self, "buffer", None)  # (the mapping closes after its view)
+            self.direct_files[file] = fd
+        return self.direct_files[file]
+
+
+def _read_direct(fd: int, buffer: torch.Tensor, stored: StoredTensor, destination: torch.Tensor) -> None:
+    """Reads the blocks holding `stored` into `buffer` (page-aligned) and copies its bytes into `destination`
+    (uint8, as many bytes), a buffer at a time: the copy and the read each release the GIL."""
+    position = stored.start - stored.start % _DIRECT_ALIGNMENT
+    end = -(-stored.end // _DIRECT_ALIGNMENT) * _DIRECT_ALIGNMENT  # the tensor's last block, read whole
+    view, done, size = memoryview(buffer.numpy()), 0, stored.end - stored.start
+    while done < size:
+        n = os.preadv(fd, [view[:min(len(view), end - position)]], position)
+        if n <= 0:
+            raise PortError(f"checkpoint: {stored.describe()}: the file ends before the tensor does (truncated?)")
+        low, high = max(stored.start, position) - position, min(stored.end, position + n) - position
+        if high > low:
+            destination[done:done + high - low].copy_(buffer[low:high])
+            done += high - low
+        position += n
 
 
 class _Reader:

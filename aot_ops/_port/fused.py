@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.export import ExportedProgram
@@ -71,6 +71,11 @@ class FusedGraph:
         """How many of the inference program's inputs are the exported graph's placeholders (the forward program
         takes the same ones first); the rest are constants of its own."""
         return sum(1 for i in self.inference_inputs if i.origin is not Origin.INFERENCE)
+
+    def to_keep(self) -> "FusedGraph":
+        """The programs without their torch modules (`sources`: for fuse="compile" only, they do not pickle), as
+        the build cache keeps them (fused_cache.py, plan_cache.py)."""
+        return replace(self, sources={})
 
 def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str,
          input_grads: bool = True, backward: bool = True) -> FusedGraph:

@@ -14,7 +14,7 @@ nothing but the exported graph and the port's options, so they are kept in the b
 A graph is kept only when every operator it calls is torch's own (`aten`): a user's torch.library operator or a
 ported autograd.Function (functions.py, whose operator names are numbered per process) may change between two
 processes under the same name. Failed traces are not kept. `fuse="compile"` needs the traced torch modules as well
-(compiled.py), which are not kept: those ports trace every time. AOT_OPS_FUSED_CACHE=0 turns the cache off.
+(compiled.py), which are not kept: those ports trace every time. AOT_OPS_PORT_CACHE=0 turns the cache off.
 """
 from __future__ import annotations
 
@@ -22,15 +22,12 @@ import hashlib
 import json
 import logging
 import operator
-import os
-import pickle
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 from torch.export import ExportedProgram
 
-from .._build import cache, private
+from . import kept
+from .._build import cache
 from .compiled import portable_settings
 from .graph import Graph
 
@@ -46,21 +43,17 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
     graph was traced before. `keep_sources`: the caller compiles the programs (fuse="compile"): trace anyway."""
     from .fused import fuse as trace
 
-    key = None if keep_sources or not enabled() else _key(program, trainable, label, input_grads)
+    key = None if keep_sources or not kept.enabled() else _key(program, trainable, label, input_grads)
     if key is None:
         return trace(program, graph, trainable, label, input_grads)
-    path = private.private_dir(cache.private_root() / "fused") / f"{key}.pkl"
-    kept = _read(path)
-    if kept is not None:
+    path = kept.entry("fused", key)
+    found = kept.read(path)
+    if found is not None:
         log.debug("%s: fused programs from the cache (%s)", label, path)
-        return kept
+        return found
     fused = trace(program, graph, trainable, label, input_grads)
-    _write(path, fused)
+    kept.write(path, fused.to_keep())
     return fused
-
-
-def enabled() -> bool:
-    return os.environ.get("AOT_OPS_FUSED_CACHE", "1") != "0"
 
 
 def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads: bool) -> str | None:
@@ -83,7 +76,7 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
         format=FORMAT, code=code, placeholders=placeholders, signature=str(program.graph_signature),
         ranges=sorted((str(k), str(v)) for k, v in program.range_constraints.items()),
         trainable=sorted(trainable), input_grads=input_grads, label=label, torch=torch.__version__,
-        functorch=_functorch_settings(), aot_ops=_package_digest())
+        functorch=_functorch_settings(), aot_ops=kept.package_digest())
     digest = hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode())
     for name, value in sorted(program.constants.items()):
         if not isinstance(value, torch.Tensor):
@@ -99,37 +92,9 @@ def _torch_defined(target) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.namespace in ("aten", "prims")
 
 
-@lru_cache(maxsize=1)
-def _package_digest() -> str:
-    """The source of aot_ops (every Python module of the package): the code that makes the programs."""
-    root = Path(__file__).resolve().parents[1]
-    return cache._tree_digest(p for p in root.rglob("*.py"))
-
-
 def _functorch_settings() -> str:
     from torch._functorch import config
 
     return portable_settings(config)
 
 
-def _read(path: Path):
-    """The kept FusedGraph at `path`, or None (missing, unreadable, or not this user's: UnsafeCacheError)."""
-    if not os.path.lexists(path):
-        return None
-    private.check_file(path)  # a pickle runs code when loaded: only this user's own file
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (EOFError, pickle.UnpicklingError) as exc:  # a truncated entry (a full disk): traced again
-        log.warning("ignoring the cached fused programs %s (%s: %s); tracing again", path, type(exc).__name__, exc)
-        return None
-
-
-def _write(path: Path, fused) -> None:
-    sources, fused.sources = fused.sources, {}  # torch modules for fuse="compile": not kept (module docstring)
-    try:
-        cache.write_bytes_atomically(path, pickle.dumps(fused, protocol=pickle.HIGHEST_PROTOCOL))
-    except OSError as exc:  # a full or read-only cache: the port still has its programs
-        log.warning("could not keep the fused programs in %s: %s", path, exc)
-    finally:
-        fused.sources = sources

@@ -53,9 +53,11 @@ def _written_part_layer(max_length: int):
 class StaticCacheLM(torch.nn.Module):
     """`model` (a transformers causal LM) with a StaticCache of `batch_size` x `max_length` as buffers.
     `written_part`: attention reads the positions written so far, as many as the attention mask's width (which then
-    varies from call to call); otherwise all `max_length` positions, masked (the mask as wide as the cache)."""
+    varies from call to call); otherwise all `max_length` positions, masked (the mask as wide as the cache).
+    `plan_key`: the key of the port's plan (plan_cache.py), beside which the cache's shapes are kept."""
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int, written_part: bool = False):
+    def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int, written_part: bool = False,
+                 plan_key: str | None = None):
         super().__init__()
         import inspect
 
@@ -81,7 +83,9 @@ class StaticCacheLM(torch.nn.Module):
                 self.cache.layers[k] = StaticLayer(cache_length)
             if written_part and type(self.cache.layers[k]) is StaticLayer:
                 self.cache.layers[k] = _written_part_layer(cache_length)
-        heads, head_size = _cache_shapes(model, config)
+        from . import plan_cache
+
+        heads, head_size = plan_cache.remembered(plan_key, "cache-shapes", lambda: _cache_shapes(model, config))
         # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
         self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
         for k, layer in enumerate(self.cache.layers):
@@ -162,6 +166,14 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     (static shapes) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
     does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
     them. Raises PortError naming what cannot be ported."""
+    return port_lm(model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
+                   share_weights=share_weights)
+
+
+def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: bool | str, jit: bool,
+            share_weights: bool, plan_key: str | None = None) -> PortedLM:
+    """from_torch_lm, with the key of its plan where the caller knows what determines the model's graph
+    (from_pretrained: plan_cache.py)."""
     from . import port
 
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
@@ -179,7 +191,7 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     try:
         # fuse="compile" compiles one signature: the one-token step over the whole cache (a mask as wide)
         written_part = fuse != "compile"
-        wrapper = StaticCacheLM(model, batch_size, max_length, written_part).eval()
+        wrapper = StaticCacheLM(model, batch_size, max_length, written_part, plan_key).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
@@ -195,7 +207,8 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                     no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
-                    compile_inputs=step if fuse == "compile" else None, share_weights=share_weights)
+                    compile_inputs=step if fuse == "compile" else None, share_weights=share_weights,
+                    plan_key=plan_key)
     finally:
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size

@@ -67,17 +67,19 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     `dtype` and `model_class` as for load_pretrained (whose model the port is made from; `lm.cell` or the cell
     holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
     ported."""
-    from . import port
-    from .kv_cache import from_torch_lm
+    from . import plan_cache, port
+    from .kv_cache import port_lm
 
     start = time.perf_counter()
     loading = _Loading(folder, dtype, model_class)
     reading = loading.start()
     built = time.perf_counter()
+    plan_key = plan_cache.key(loading.model, dict(cell="lm" if max_length is not None else "sequence", max_length=max_length,
+                                                  batch_size=batch_size, fuse=fuse, jit=jit))
     try:
         if max_length is not None:
-            ported = from_torch_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
-                                   share_weights=True)
+            ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
+                             share_weights=True, plan_key=plan_key)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}
@@ -86,7 +88,8 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           dynamic_shapes={"input_ids": sizes, "attention_mask": sizes}, fuse=fuse, jit=jit,
                           no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
-                                          "port it with from_torch to train it", share_weights=True)
+                                          "port it with from_torch to train it", share_weights=True,
+                          plan_key=plan_key)
     except BaseException:
         reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
         raise
@@ -184,10 +187,11 @@ class _Loading:
                                  name="aot_ops weight memory")
         ahead.start()
         try:
-            for stored, destination in ordered:
-                if self.cancelled:
-                    break
-                self.checkpoint.read_into(stored, destination, drop_cache)
+            with self.checkpoint.reads(drop_cache) as reads:
+                for stored, destination in ordered:
+                    if self.cancelled:
+                        break
+                    reads.read_into(stored, destination)
         finally:
             finished.set()  # (after an error or a cancel, the memory still ahead is left alone)
             ahead.join()

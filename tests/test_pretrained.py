@@ -103,7 +103,7 @@ def test_both_ways_of_reading_give_the_stored_bytes(folders, direct):
     cache give every tensor's exact bytes, whatever its offset in the file."""
     from safetensors.torch import load_file
 
-    from aot_ops._port.checkpoint import Checkpoint, file_order
+    from aot_ops._port.checkpoint import Checkpoint
 
     checkpoint = Checkpoint(folders["llama"])
     expected = {}
@@ -112,9 +112,7 @@ def test_both_ways_of_reading_give_the_stored_bytes(folders, direct):
     destinations = [(stored, torch.empty(stored.shape, dtype=stored.dtype))
                     for stored in checkpoint.tensors.values()]
     assert any(stored.start % 4096 for stored, _ in destinations)  # offsets within a block
-    with checkpoint.reads(direct=direct) as reads:
-        for stored, destination in file_order(destinations):
-            reads.read_into(stored, destination)
+    checkpoint.read(destinations, direct=direct)
     for stored, destination in destinations:
         assert torch.equal(destination, expected[stored.name]), stored.name
 

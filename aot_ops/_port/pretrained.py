@@ -7,7 +7,7 @@
 transformers' own `from_pretrained` memory-maps the files, and a port then copies every weight into its cell. Here
 the model is built on the meta device (no memory), each weight becomes a MindSpore Parameter of its own memory,
 and the torch module is given views of those Parameters; the safetensors files are then read into them
-(checkpoint.py: one `readinto` per tensor, no mapping). A port of that module with share_weights=True takes the
+(checkpoint.py: past the page cache where it can, nothing mapped). A port of that module with share_weights=True takes the
 Parameters as they are (convert.owning_parameter), so the weights exist once, in the memory the cell uses, and
 the torch module keeps computing on it. from_pretrained reads the files while the module is exported and fused:
 those steps see the weights' shapes and dtypes only (torch.export traces with fake tensors), and the reading is
@@ -19,9 +19,7 @@ than garbage.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
-import sys
 import threading
 import time
 from typing import Any
@@ -32,7 +30,7 @@ from mindspore.common.initializer import Zero
 
 from .._core import dtypes as _dtypes
 from .._core.convert import owned_view
-from .checkpoint import Checkpoint, StoredTensor, file_order
+from .checkpoint import Checkpoint, StoredTensor
 from .errors import PortError
 
 log = logging.getLogger("aot_ops.port")
@@ -176,25 +174,10 @@ class _Loading:
         return targets
 
     def read(self) -> None:
-        """Reads every weight, in the order the files hold them."""
+        """Reads every weight."""
         # Pages kept in the cache would compete with the weights' own memory when both do not fit
         drop_cache = 2 * self.checkpoint.nbytes > _available_memory()
-        ordered = file_order(self.targets)
-        # Fresh memory is made present a tensor ahead of the reads, on a thread of its own: on a virtual machine
-        # the first touch of memory can cost as much as the disk (1 s per GB here), and the two then overlap
-        finished = threading.Event()
-        ahead = threading.Thread(target=_make_present, args=([d for _, d in ordered], finished), daemon=True,
-                                 name="aot_ops weight memory")
-        ahead.start()
-        try:
-            with self.checkpoint.reads(drop_cache) as reads:
-                for stored, destination in ordered:
-                    if self.cancelled:
-                        break
-                    reads.read_into(stored, destination)
-        finally:
-            finished.set()  # (after an error or a cancel, the memory still ahead is left alone)
-            ahead.join()
+        self.checkpoint.read(self.targets, drop_cache=drop_cache, stopped=lambda: self.cancelled)
 
     def start(self) -> "_Reading":
         reading = _Reading(self)
@@ -269,26 +252,6 @@ def _make_non_persistent_buffers(model) -> None:
         raise PortError(f"load_pretrained: {type(model).__name__}'s buffers {unset} are not in the checkpoint and its "
                         "_init_weights does not compute them; load the model with transformers' from_pretrained and "
                         "port it with from_torch")
-
-
-_MADV_POPULATE_WRITE = 23  # Linux 5.14
-
-
-def _make_present(tensors: list[torch.Tensor], finished: threading.Event) -> None:
-    """Faults in each tensor's pages, writable, without changing their contents (madvise MADV_POPULATE_WRITE):
-    pages a read already wrote are left as they are. Best effort: where the call is refused, the reads fault the
-    pages in themselves."""
-    if sys.platform != "linux":
-        return
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    for tensor in tensors:
-        if finished.is_set():
-            return
-        start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
-        page = start - start % 4096
-        if size and madvise(page, start + size - page, _MADV_POPULATE_WRITE) != 0:
-            return
 
 
 def _available_memory() -> int:

@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from .tools import conformance
 
         return conformance.main(argv[1:])
-    if argv[:1] == ["zoo"]:  # its own argument parser (aot_ops/tools/zoo.py)
-        from .tools import zoo
+    if argv[:1] == ["zoo"]:  # its own argument parser (aot_ops/tools/zoo_cli.py)
+        from .tools import zoo_cli
 
-        return zoo.main(argv[1:])
+        return zoo_cli.main(argv[1:])
     from . import __version__
 
     prog = "aot-ops" if os.path.basename(sys.argv[0]) == "aot-ops" else "python -m aot_ops"

@@ -130,3 +130,18 @@ def test_a_truncated_entry_is_traced_again_with_a_warning(traces, aot_cache, cap
     assert any("ignoring the kept entry" in r.getMessage() and str(entry) in r.getMessage()
                for r in caplog.records)
     assert os.path.getsize(entry) > 100  # written again, whole
+
+
+def test_each_kind_keeps_its_most_recently_used_entries(aot_cache, monkeypatch):
+    """Beyond the limit, the least recently used entry goes; reading an entry makes it the most recently used."""
+    from aot_ops._port import kept
+
+    monkeypatch.setattr(kept, "LIMIT", 2)
+    paths = [kept.entry("fused", f"entry{k}") for k in range(3)]
+    for k, path in enumerate(paths[:2]):
+        kept.write(path, {"value": k})
+        os.utime(path, (1000 + k, 1000 + k))  # written in that order
+    assert kept.read(paths[0]) == {"value": 0}  # now the most recently used
+    kept.write(paths[2], {"value": 2})
+    assert sorted(p.name for p in (aot_cache / "fused").glob("*.pkl")) == ["entry0.pkl", "entry2.pkl"]
+    assert kept.read(paths[1]) is None

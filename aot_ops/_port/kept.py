@@ -5,7 +5,9 @@ port plan, kept by what the model is built from (plan_cache.py). Both rules are 
 it is loaded, so only a regular file of this user's is read (UnsafeCacheError otherwise, as for every file of the
 cache); a truncated entry (a full disk) is a logged miss, made again; a failed write leaves the port its result.
 Every key covers aot_ops' own source (`package_digest`), so a change to the package never reads an older entry.
-AOT_OPS_PORT_CACHE=0 turns both off (`enabled`).
+AOT_OPS_PORT_CACHE=0 turns both off (`enabled`). Each kind keeps its `LIMIT` most recently used files (a read
+marks a file used): 1-2.5 MB per model (a 22-layer Llama's training programs, a 7.6B Qwen2's plan), so the cache
+stays within a few hundred MB however many models are ported.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from typing import Any
 from .._build import cache, private
 
 log = logging.getLogger(__name__)
+
+LIMIT = 200  # files kept per kind
 
 
 def enabled() -> bool:
@@ -37,7 +41,9 @@ def read(path: Path) -> Any | None:
     private.check_file(path)
     try:
         with open(path, "rb") as f:
-            return pickle.load(f)
+            value = pickle.load(f)
+        os.utime(path)  # used: the last to go
+        return value
     except (EOFError, pickle.UnpicklingError) as exc:
         log.warning("ignoring the kept entry %s (%s: %s); making it again", path, type(exc).__name__, exc)
         return None
@@ -46,8 +52,21 @@ def read(path: Path) -> Any | None:
 def write(path: Path, value: Any) -> None:
     try:
         cache.write_bytes_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        _forget_least_used(path.parent)
     except OSError as exc:  # a full or read-only cache: the port still has its result
         log.warning("could not keep %s: %s", path, exc)
+
+
+def _forget_least_used(folder: Path) -> None:
+    """Removes the kind's least recently used files beyond LIMIT (another process may remove them first)."""
+    entries = []
+    for path in folder.glob("*.pkl"):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except FileNotFoundError:
+            continue
+    for _, path in sorted(entries, reverse=True)[LIMIT:]:
+        path.unlink(missing_ok=True)
 
 
 @lru_cache(maxsize=1)

@@ -71,18 +71,22 @@ def test_generation_from_the_folder_equals_torch(folders):
     assert len(set(tokens[0, 7:].tolist())) > 2  # a decoding that could tell a wrong weight
 
 
-def test_a_cell_for_the_whole_sequence_equals_torch(folders):
-    cell = aot_ops.from_pretrained(folders["qwen"])
+def test_a_cell_for_the_whole_sequence_equals_torch(folders, aot_cache, monkeypatch):
+    monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
+    exports = Exports(monkeypatch)
     model = reference(folders["qwen"])
-    for length in (3, 9):  # one port, any length
-        ids = prompt(2, length, QWEN_TIED["vocab_size"])
-        mask = torch.ones_like(ids)
-        out = cell(to_ms(ids), to_ms(mask))
-        with torch.no_grad():
-            expected = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        torch.testing.assert_close(to_torch(out["logits"]), expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(Exception, match="evaluation"):
-        cell.set_train(True)
+    for _ in range(2):  # exported, then made from the plan the first port kept
+        cell = aot_ops.from_pretrained(folders["qwen"])
+        for length in (3, 9):  # one port, any length
+            ids = prompt(2, length, QWEN_TIED["vocab_size"])
+            mask = torch.ones_like(ids)
+            out = cell(to_ms(ids), to_ms(mask))
+            with torch.no_grad():
+                expected = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            torch.testing.assert_close(to_torch(out["logits"]), expected, rtol=1e-5, atol=1e-5)
+        with pytest.raises(Exception, match="evaluation"):
+            cell.set_train(True)
+    assert exports.count == 1
 
 
 def test_a_port_of_the_loaded_model_takes_its_parameters_without_a_copy(folders):

@@ -3,13 +3,13 @@
 A folder holds `model.safetensors`, or shards listed by `model.safetensors.index.json` (what save_pretrained
 writes). A safetensors file is an 8-byte little-endian header length, a JSON header (each tensor's dtype, shape
 and byte range in the data that follows), then the data. The file is not mapped: each tensor is read from its
-byte range into its destination (Checkpoint.reads). Where the file system allows, the reads bypass the page cache
-(O_DIRECT): the disk writes into an aligned buffer of 16 MB, copied into the destination, instead of into pages
-of the page cache that the kernel must first find memory for (a 4 GB file read into fresh memory: 3.3-4.7 s
-direct, 5.6-7.1 s through the cache, on this project's 2-core VM), and the cache is not filled with a checkpoint
-that is read once. Elsewhere (and for a tensor stored in another dtype than its destination, read in slices and
-converted) the reads go through the page cache, whose pages are dropped as they are read where the checkpoint
-would not fit in memory beside its copy.
+byte range into its destination (Checkpoint.read). Where the file system allows, the reads bypass the page cache
+(O_DIRECT, _DirectReads): the disk writes into aligned buffers of 8 MB, copied into the destination, instead of
+into pages of the page cache that the kernel must first find memory for (a 4 GB file read into fresh memory:
+3.3-4.7 s direct, 5.6-7.1 s through the cache, on this project's 2-core VM), and the cache is not filled with a
+checkpoint that is read once. Elsewhere (and for a tensor stored in another dtype than its destination, read in
+slices and converted) the reads go through the page cache, whose pages are dropped as they are read where the
+checkpoint would not fit in memory beside its copy.
 """
 from __future__ import annotations
 
@@ -159,7 +159,10 @@ class _DirectReads:
                 free.put(None)  # a reader waiting for a buffer stops
             reader.join()
             del whole, free, filled  # the buffers' views, before their memory is unmapped
-            memory.close()
+            try:
+                memory.close()
+            except BufferError:  # a view still held (by an error's traceback): unmapped when it goes
+                pass
 
     def _read(self, free: queue.Queue, filled: queue.Queue) -> None:
         """Puts (buffer, its bytes low..high, their destination) on `filled`, then None; an error in place of a

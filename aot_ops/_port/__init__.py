@@ -136,7 +136,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    plan = plan_cache.read(plan_key) if plan_key and fuse != "compile" else None
+    kept_as = plan_key if fuse != "compile" else None  # (compiled programs are not kept)
+    plan = plan_cache.read(kept_as) if kept_as else None
     if plan is None:
         # The stages, each taking the plan the one before made
         plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads)
@@ -145,8 +146,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
             plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
             if compile_inputs is not None:
                 _set_compile_sizes(plan, compile_inputs)
-        if plan_key and fuse != "compile":
-            plan_cache.write(plan_key, plan)
+        if kept_as:
+            plan_cache.write(kept_as, plan)
     if not fuse and jit and plan.half_gradients_fanned_out:
         # MindSpore's autodiff of a PyNative ms.jit call sums a bfloat16 value's gradients itself (AddN, no
         # bfloat16 CPU kernel), which the per-node graph avoids (fan_out.py): such a cell runs operator by operator.

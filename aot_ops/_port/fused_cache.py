@@ -28,7 +28,6 @@ from torch.export import ExportedProgram
 
 from . import kept
 from .._build import cache
-from .compiled import portable_settings
 from .graph import Graph
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
         format=FORMAT, code=code, placeholders=placeholders, signature=str(program.graph_signature),
         ranges=sorted((str(k), str(v)) for k, v in program.range_constraints.items()),
         trainable=sorted(trainable), input_grads=input_grads, label=label, torch=torch.__version__,
-        functorch=_functorch_settings(), aot_ops=kept.package_digest())
+        functorch=kept.functorch_settings(), aot_ops=kept.package_digest())
     digest = hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode())
     for name, value in sorted(program.constants.items()):
         if not isinstance(value, torch.Tensor):
@@ -89,12 +88,4 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
 def _torch_defined(target) -> bool:
     if target in _PLAIN_TARGETS:
         return True
-    return isinstance(target, torch._ops.OpOverload) and target.namespace in ("aten", "prims")
-
-
-def _functorch_settings() -> str:
-    from torch._functorch import config
-
-    return portable_settings(config)
-
-
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in kept.TORCH_NAMESPACES

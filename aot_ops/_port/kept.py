@@ -23,6 +23,7 @@ from .._build import cache, private
 log = logging.getLogger(__name__)
 
 LIMIT = 200  # files kept per kind
+TORCH_NAMESPACES = ("aten", "prims")  # operators torch defines: the same in every process (others are not kept)
 
 
 def enabled() -> bool:
@@ -67,6 +68,15 @@ def _forget_least_used(folder: Path) -> None:
             continue
     for _, path in sorted(entries, reverse=True)[LIMIT:]:
         path.unlink(missing_ok=True)
+
+
+def functorch_settings() -> str:
+    """AOTAutograd's portable settings, which change what it traces (in both kinds' keys)."""
+    from torch._functorch import config
+
+    from .compiled import portable_settings
+
+    return portable_settings(config)
 
 
 @lru_cache(maxsize=1)

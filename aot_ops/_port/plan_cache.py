@@ -26,12 +26,10 @@ import torch
 
 from . import kept
 from .._build import cache
-from .compiled import portable_settings
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # the layout of a kept plan; raising it makes every older entry a miss
-_TORCH_NAMESPACES = ("aten", "prims")
 T = TypeVar("T")
 
 
@@ -42,7 +40,6 @@ def key(model: torch.nn.Module, options: dict[str, Any]) -> str | None:
     if not kept.enabled() or not kind.__module__.startswith("transformers."):
         return None
     import transformers
-    from torch._functorch import config as functorch_config
 
     settings = model.config.to_dict()
     for where_it_came_from in ("_name_or_path", "transformers_version"):  # not the model: the folder, the writer
@@ -53,7 +50,7 @@ def key(model: torch.nn.Module, options: dict[str, Any]) -> str | None:
     description = dict(
         format=FORMAT, model=f"{kind.__module__}.{kind.__qualname__}", source=_source_digest(kind),
         transformers=transformers.__version__, config=settings, attention=model.config._attn_implementation,
-        state=state, options=options, torch=torch.__version__, functorch=portable_settings(functorch_config),
+        state=state, options=options, torch=torch.__version__, functorch=kept.functorch_settings(),
         aot_ops=kept.package_digest())
     text = json.dumps(description, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:cache.KEY_LENGTH * 2]
@@ -72,7 +69,7 @@ def write(plan_key: str, plan) -> None:
     define. The exported programs are not kept: the cell is made from the graphs and fused programs."""
     for use in plan.uses.values():
         foreign = [op.target for op in use.graph.operators
-                   if op.target.partition("::")[0] not in _TORCH_NAMESPACES]
+                   if op.target.partition("::")[0] not in kept.TORCH_NAMESPACES]
         if foreign:
             log.debug("port plan %s not kept: it calls %s", plan_key, foreign[0])
             return

@@ -7,9 +7,9 @@
 transformers' own `from_pretrained` memory-maps the files, and a port then copies every weight into its cell. Here
 the model is built on the meta device (no memory), each weight becomes a MindSpore Parameter of its own memory,
 and the torch module is given views of those Parameters; the safetensors files are then read into them
-(checkpoint.py: past the page cache where it can, nothing mapped). A port of that module with share_weights=True takes the
-Parameters as they are (convert.owning_parameter), so the weights exist once, in the memory the cell uses, and
-the torch module keeps computing on it. from_pretrained reads the files while the module is exported and fused:
+(checkpoint.py: past the page cache where it can, nothing mapped). A port of that module with share_weights=True
+takes the Parameters as they are (convert.owning_parameter), so the weights exist once, in the memory the cell
+uses, and the torch module keeps computing on it. from_pretrained reads the files while the module is exported and fused:
 those steps see the weights' shapes and dtypes only (torch.export traces with fake tensors), and the reading is
 finished before the port is returned.
 
@@ -72,8 +72,9 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     loading = _Loading(folder, dtype, model_class)
     reading = loading.start()
     built = time.perf_counter()
-    plan_key = plan_cache.key(loading.model, dict(cell="lm" if max_length is not None else "sequence", max_length=max_length,
-                                                  batch_size=batch_size, fuse=fuse, jit=jit))
+    cell_kind = "lm" if max_length is not None else "sequence"
+    plan_key = plan_cache.key(loading.model, dict(cell=cell_kind, max_length=max_length, batch_size=batch_size,
+                                                  fuse=fuse, jit=jit))
     try:
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,

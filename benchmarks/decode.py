@@ -5,12 +5,14 @@
     .venv/bin/python benchmarks/decode.py --breakdown [--new 128]
     .venv/bin/python benchmarks/decode.py --batch 8 --new 128,2048 --fuses fused,compiled
     .venv/bin/python benchmarks/decode.py --model llama-1b --new 32 --fuses fused,compiled --rounds 3
+    .venv/bin/python benchmarks/decode.py --new 128,512,2048 --fuses fused,compiled --tokens-per-call 1,8
 
 The model: a 4-layer Qwen2 (hidden 256, 8 heads, 2 key/value heads, intermediate 512, vocab 1000) with random
 weights (or, `--model llama-1b`, TinyLlama's shape in bfloat16), batch 1 (or `--batch`, left-padded prompts), a
 prompt of 16 tokens, greedy decoding of exactly N new tokens (no end token). Rows: torch's
 `generate` (its dynamic cache; torch.no_grad), then the port through `aot_ops.generate`: per node, fused and
-compiled (`from_torch_lm(..., fuse=...)`: the one-token step compiled by AOTInductor, the prompt interpreted), in
+compiled (`from_torch_lm(..., fuse=...)`: the one-token step compiled by AOTInductor, the prompt interpreted;
+with `--tokens-per-call k`, also each port decoding k greedy tokens a call), in
 PyNative (each call one compiled graph, the default) and GRAPH_MODE, each ported for its N with a cache of 16 + N
 positions (a static cache is sized at port time: attention reads all of it at every step); and, for reference, the fused port without a cache (from_torch with use_cache=False and a dynamic
 sequence: every step runs the whole sequence), GRAPH_MODE. Each figure is new tokens per second over a whole
@@ -18,8 +20,9 @@ sequence: every step runs the whole sequence), GRAPH_MODE. Each figure is new to
 median ratio to torch's, each call timed right after one of torch's (the machine's speed drifts within minutes). Every port's tokens are checked against torch's first.
 `--plot`: tokens/s against the number of new tokens, for each row, into a PNG.
 `--breakdown`: where one decode step's time goes (a cache of 16 + N positions, GRAPH_MODE): the ported cell's
-call, the program inside it (aot_ops.program_seconds), and torch eager's forward of the same step (the model with
-the same StaticCache, no generate loop), interleaved in --rounds blocks of 200 calls.
+call, the program inside it (aot_ops.program_seconds), the same for a call of 8 greedy steps (tokens_per_call=8),
+and torch eager's forward of the same step (the model with the same StaticCache, no generate loop), interleaved in
+--rounds blocks of 200 calls.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from aot_ops import aten
 from aot_ops._core.convert import to_ms, to_torch
 
 PROMPT = 16
+BLOCK = 8  # tokens a call of --breakdown's block rows
 
 
 def qwen2() -> torch.nn.Module:
@@ -85,7 +89,8 @@ def seconds_of(call) -> float:
 
 
 def measure(lengths: list[int], rounds: int, model_name: str = "qwen2", batch: int = 1,
-            fuses: tuple[str, ...] = ("node", "fused", "compiled")) -> tuple[dict, dict]:
+            fuses: tuple[str, ...] = ("node", "fused", "compiled"),
+            per_call: tuple[int, ...] = (1,)) -> tuple[dict, dict]:
     """(row name -> {new tokens: median tokens per second}, row name -> {new tokens: median ratio to torch}).
     Each port's rounds alternate with torch's (a round of each, `rounds` times): the machine's speed drifts by
     tens of percent within minutes, and each ratio compares two calls made seconds apart. Tokens per second count
@@ -119,9 +124,13 @@ def measure(lengths: list[int], rounds: int, model_name: str = "qwen2", batch: i
         ratios.setdefault(name, {})[n] = statistics.median(t / o for t, o in zip(theirs, ours))
 
     expected = {n: torch_call(n).tolist() for n in lengths}
-    for fuse, label in (FUSES[f] for f in fuses):
+    for (fuse, label), k in ((FUSES[f], k) for f in fuses for k in per_call):
+        if k > 1:
+            if fuse is False:
+                continue  # a block of per-node steps: as many launches as the steps
+            label = f"{label}, {k} a call"
         for n in lengths:
-            lm = aot_ops.from_torch_lm(model, batch_size=batch, max_length=PROMPT + n, fuse=fuse)
+            lm = aot_ops.from_torch_lm(model, batch_size=batch, max_length=PROMPT + n, fuse=fuse, tokens_per_call=k)
             for mode, mode_name in ((ms.PYNATIVE_MODE, "PyNative"), (ms.GRAPH_MODE, "GRAPH_MODE")):
                 ms.set_context(mode=mode)
                 record(f"{mode_name}, {label}", n,
@@ -174,9 +183,12 @@ def breakdown(new: int, rounds: int) -> None:
             "position_ids": torch.tensor([[position]]), "cache_position": torch.tensor([position])}
     wrapped = StaticCacheLM(model, 1, length).eval()
     ms.set_context(mode=ms.GRAPH_MODE)
-    cells = {label: aot_ops.from_torch_lm(model, batch_size=1, max_length=length, fuse=fuse).cell
-             for fuse, label in ((True, "fused"), ("compile", "compiled"))}
+    lms = {label: aot_ops.from_torch_lm(model, batch_size=1, max_length=length, fuse=fuse, tokens_per_call=BLOCK)
+           for fuse, label in ((True, "fused"), ("compile", "compiled"))}
     args = [to_ms(step[k]) for k in ("input_ids", "attention_mask", "position_ids", "cache_position")]
+    # a block's mask: the positions written, this call's first included (fused), or the whole cache (compiled)
+    block_args = {label: [args[0], to_ms(torch.ones(1, position + 1 if lm.written_part else length,
+                                                    dtype=torch.long)), *args[2:]] for label, lm in lms.items()}
     floor, small = _FloorCell(), ms.Tensor(np.zeros((1, 8), np.float32))
     calls = 200
     figures: dict[str, list[float]] = {}
@@ -194,14 +206,16 @@ def breakdown(new: int, rounds: int) -> None:
     for _ in range(rounds):
         with torch.no_grad():
             timed("torch eager forward", lambda: wrapped(**step))
-        for label, cell in cells.items():
-            timed(f"GRAPH_MODE, {label}", lambda: cell(*args))
+        for label, lm in lms.items():
+            timed(f"GRAPH_MODE, {label}", lambda: lm.cell(*args))
+            timed(f"GRAPH_MODE, {label}, {BLOCK} a call", lambda: lm.block(*block_args[label]))
         timed("GRAPH_MODE floor: 1 operator, 8 Assign", lambda: floor(small))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     print(f"one decode step, cache of {length} positions, ms per call (median of {rounds} blocks of {calls}):")
     for name, values in figures.items():
         if not name.endswith(("forward: program", "Assign: program")):
-            print(f"  {name:<42}{statistics.median(values):>7.2f}")
+            per_token = f"   {statistics.median(values) / BLOCK:.2f} a token" if "a call" in name else ""
+            print(f"  {name:<48}{statistics.median(values):>7.2f}{per_token}")
 
 
 def plot(path: str, rates: dict[str, dict[int, float]]) -> None:
@@ -240,6 +254,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1, help="sequences per call, left-padded (default 1)")
     parser.add_argument("--fuses", default="node,fused,compiled",
                         help=f"which ports, of {','.join(FUSES)} (default all)")
+    parser.add_argument("--tokens-per-call", default="1",
+                        help="greedy tokens a call decodes (from_torch_lm's tokens_per_call), a row each (e.g. 1,8)")
     options = parser.parse_args(argv)
     torch.set_num_threads(options.threads)
     ms.set_device("CPU")
@@ -249,12 +265,13 @@ def main(argv=None):
     if options.breakdown:
         return breakdown(lengths[0], options.rounds)
     print(f"model {options.model}, batch {options.batch}")
-    rates, ratios = measure(lengths, options.rounds, options.model, options.batch, tuple(options.fuses.split(",")))
-    print(f"{'':<32}" + "".join(f"{f'{n} new':>22}" for n in lengths))
+    rates, ratios = measure(lengths, options.rounds, options.model, options.batch, tuple(options.fuses.split(",")),
+                            tuple(int(k) for k in options.tokens_per_call.split(",")))
+    print(f"{'':<40}" + "".join(f"{f'{n} new':>22}" for n in lengths))
     for name, by_length in rates.items():
         cells = "".join(f"{by_length[n]:>11.0f} tok/s {ratios[name][n]:>4.2f}x" if n in by_length else
                         f"{'-':>22}" for n in lengths)
-        print(f"{name:<32}{cells}")
+        print(f"{name:<40}{cells}")
     if options.plot:
         plot(options.plot, rates)
 

@@ -11,6 +11,7 @@ import torch
 import transformers
 
 import aot_ops
+from aot_ops._core.convert import torch_view
 from aot_ops._port.sampling import Sampling, TokenChooser
 from aot_ops.tools.zoo import FAMILIES as ZOO, _SMALL_DECODER, build_model
 from support import QUICK, to_ms, to_torch
@@ -268,3 +269,129 @@ def test_compiled_one_token_step_decodes_like_torch():
         shapes.append(tuple(flat[:rank]))
         del flat[:rank]
     assert (2, 1) in shapes and (2, MAX_LENGTH) in shapes and (2, 2) not in shapes, shapes  # the step, not the prompt
+
+
+BLOCK = 4  # greedy tokens a call of the block ports below
+
+
+class BlockLMs(dict):
+    """The llama decoder ported with a block of BLOCK greedy steps a call, by fuse: on first use, once per module."""
+
+    def __missing__(self, fuse):
+        model = language_model("llama")
+        self[fuse] = model, aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse=fuse,
+                                                  tokens_per_call=BLOCK, share_weights=False)
+        return self[fuse]
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    return BlockLMs()
+
+
+class CountedCalls:
+    """Stands for lm.block while inside, counting its calls."""
+
+    def __init__(self, lm):
+        self.lm, self.block, self.calls = lm, lm.block, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.block(*args)
+
+    def __enter__(self):
+        self.lm.block = self
+        return self
+
+    def __exit__(self, *exc):
+        self.lm.block = self.block
+
+
+def test_a_block_of_greedy_steps_a_call_gives_torchs_tokens(blocks):
+    """tokens_per_call=4: after the prompt's token, blocks of 4 while 4 remain, then single steps (12 new tokens:
+    the prompt's, two blocks, 3 steps), in both modes, twice (what a generation left in the cache must not matter);
+    the block cell holds the step cell's Parameters (one cache, one set of weights), and the torch module keeps its
+    own tensors (share_weights=False)."""
+    model, lm = blocks[True]
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
+    modes = (ms.PYNATIVE_MODE,) if QUICK else (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
+    try:
+        with CountedCalls(lm) as counted:
+            for mode in modes:
+                ms.set_context(mode=mode)
+                for _ in range(2):
+                    tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
+                                              generation_config=model.generation_config)
+                    assert to_torch(tokens).tolist() == expected, f"mode {mode}"
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert counted.calls == 2 * 2 * len(modes)
+    for key, parameter in lm.cell.parameters_dict().items():
+        assert lm.block.parameters_dict()[key] is parameter, key
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    cell_weight = lm.cell.parameters_dict()["model.model.layers.0.self_attn.q_proj.weight"]
+    assert weight.data_ptr() != torch_view(cell_weight).data_ptr() and not hasattr(weight, "_aot_ops_owner")
+
+
+def test_the_block_writes_each_step_into_the_cache_in_place(blocks):
+    """Each of the block's steps writes every layer's keys and values where the cache lives: the chain of writes of
+    one buffer made in place as a whole (buffer_writes.py), the program returning the tokens alone."""
+    model, lm = blocks[True]
+    fused = lm.block.mode_programs["eval"].fused
+    caches = [key for key, _ in lm.block.parameters_and_names() if "_cache_" in key]
+    assert len(caches) == 2 * model.config.num_hidden_layers
+    assert fused.inference.num_outputs == 1
+    assert fused.inference.attrs["program_nodes"].count("writes_input") == BLOCK * len(caches)
+
+
+def test_end_tokens_inside_a_block_stop_and_pad_as_torch(blocks):
+    model, lm = blocks[True]
+    ids, mask = left_padded_prompt()
+    free = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    eos = [int(free[0, 8]), int(free[1, 10])]  # the 3rd and 5th new tokens: inside the first block
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
+                              pad_token_id=0)
+    tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS, eos_token_id=eos,
+                              pad_token_id=0)
+    assert to_torch(tokens).tolist() == expected.tolist()
+
+
+def test_sampling_with_a_block_port_decodes_a_token_a_call(blocks, ported):
+    """Sampling and the repetition penalty choose from processed logits: the block is not used, and the tokens are
+    those of the port without a block, with the same seed."""
+    model, lm = blocks[True]
+    _, single = ported["llama", True]
+    ids, mask = left_padded_prompt()
+    with CountedCalls(lm) as counted:
+        for options in (dict(do_sample=True, temperature=1.2, seed=3), dict(repetition_penalty=1.3)):
+            ours = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS, **options)
+            theirs = aot_ops.generate(single, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
+                                      **options)
+            assert to_torch(ours).tolist() == to_torch(theirs).tolist(), options
+    assert counted.calls == 0
+
+
+def test_a_block_that_cannot_fit_is_refused():
+    model = language_model("llama")
+    with pytest.raises(ValueError, match=r"tokens_per_call must be a positive int, got 0"):
+        aot_ops.from_torch_lm(model, max_length=8, tokens_per_call=0)
+    with pytest.raises(ValueError, match=r"tokens_per_call=8 needs max_length >= 10 .* got 9"):
+        aot_ops.from_torch_lm(model, max_length=9, tokens_per_call=8)
+
+
+@pytest.mark.slow  # AOTInductor compiles the block (seconds to a minute, then from the build cache)
+def test_a_compiled_block_gives_torchs_tokens(blocks):
+    model, lm = blocks["compile"]
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    try:
+        with CountedCalls(lm) as counted:
+            for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+                ms.set_context(mode=mode)
+                tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS)
+                assert to_torch(tokens).tolist() == expected
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert counted.calls == 4

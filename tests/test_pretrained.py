@@ -61,7 +61,10 @@ def test_loaded_weights_equal_transformers_own_loading(folders, name, dtype):
 
 
 def test_generation_from_the_folder_equals_torch(folders):
-    lm = aot_ops.from_pretrained(folders["llama"], max_length=24)
+    """With a block of 3 greedy steps a call (tokens_per_call): its cell and the step's hold the weights read."""
+    lm = aot_ops.from_pretrained(folders["llama"], max_length=24, tokens_per_call=3)
+    block = lm.block.parameters_dict()
+    assert all(block[key] is parameter for key, parameter in lm.cell.parameters_dict().items())
     ids = prompt(vocab=LLAMA["vocab_size"])
     tokens = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=10))
     with torch.no_grad():

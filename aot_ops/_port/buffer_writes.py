@@ -13,10 +13,13 @@ ms.jit): an aot operator's Parameter input is the Parameter's own memory, with n
 only reader of that Parameter is the one program call has nothing to order. A differentiable program keeps the
 Assign: its bprop reads the buffers as they were before the call (codegen.py's copies).
 
-When the write node runs in place: its operator has an in-place twin (`index_copy` -> `index_copy_`) whose first
-argument is the buffer, nothing else in the graph reads the buffer (no reader after the write can see the new
-value, no view of it exists), the value is not also an output of the module, and it has the buffer's dtype and
-shape (the twin writes no other).
+When the write nodes run in place: the value written into the buffer is made from the buffer's placeholder by a
+chain of writes (one for a step; one per step for a block of decoding steps, kv_cache.py), each by an operator with
+an in-place twin (`index_copy` -> `index_copy_`) whose first argument is the previous value of the chain, of the
+buffer's dtype and shape (the twin writes no other); everything else that reads what a write overwrites, directly
+or through a view (the operators whose schema marks their result as an alias), runs before that write in the
+program's order (so no reader sees the new value early, and no view outlives the write), and none of those values
+is an output of the module. The chain is made in place as a whole or not at all.
 """
 from __future__ import annotations
 
@@ -48,32 +51,65 @@ def in_place_twin(target: str) -> str | None:
 
 
 def written_in_place(graph: Graph, writes: list[tuple[str, str]], values: dict) -> Graph:
-    """`graph` with each write's node made its in-place twin where that is exact (module docstring). `writes`:
-    (buffer placeholder, value name) pairs; `values`: value name -> its example (a tensor: dtype and shape)."""
-    readers: dict[str, int] = {}
-    for step in graph.steps:
-        if isinstance(step, Operator):
-            for name in step.inputs:
-                readers[name] = readers.get(name, 0) + 1
-        elif isinstance(step, Item):
-            readers[step.of] = readers.get(step.of, 0) + 1
-    written_values = [value for _, value in writes]
+    """`graph` with each write's nodes made their in-place twins where that is exact (module docstring). `writes`:
+    (buffer placeholder, value name) pairs; `values`: value name -> its example (a tensor: dtype and shape).
+
+    A buffer may be written several times (a block of decoding steps writes each layer's cache once a step): the
+    chain of writes from the placeholder to the value written is made in place as a whole or not at all, each link
+    only where everything else reading what it overwrites, directly or through a view, runs before it."""
+    position = {step.name: k for k, step in enumerate(graph.steps)}
     producers = {step.name: step for step in graph.steps if isinstance(step, Operator)}
+    written_values = [value for _, value in writes]
     twins: dict[str, str] = {}
     for placeholder, value in writes:
-        step = producers.get(value)
-        if step is None or step.num_outputs is not None or not step.inputs or step.inputs[0] != placeholder:
+        chain = _write_chain(placeholder, value, producers, values)
+        if (chain is None or value in graph.outputs or written_values.count(value) != 1
+                or not all(_nothing_reads_after(graph, position, step) for step in chain)):
             continue
-        twin = in_place_twin(step.target)
-        before, after = values.get(placeholder), values.get(value)
-        if (twin is None or readers.get(placeholder) != 1 or value in graph.outputs
-                or written_values.count(value) != 1 or not isinstance(before, torch.Tensor)
-                or not isinstance(after, torch.Tensor) or before.dtype != after.dtype
-                or before.shape != after.shape):
-            continue
-        twins[step.name] = twin
+        twins.update((step.name, in_place_twin(step.target)) for step in chain)
     if not twins:
         return graph
     steps = [dataclasses.replace(s, target=twins[s.name]) if isinstance(s, Operator) and s.name in twins else s
              for s in graph.steps]
     return dataclasses.replace(graph, steps=steps)
+
+
+def _write_chain(placeholder: str, value: str, producers: dict[str, Operator], values: dict) -> list | None:
+    """The write nodes leading from the buffer's placeholder to `value`, each writing (functionally) the previous
+    one's result with a value of the buffer's dtype and shape, by an operator with an in-place twin; None if the
+    value is not made so."""
+    chain: list[Operator] = []
+    before = values.get(placeholder)
+    while value != placeholder:
+        step = producers.get(value)
+        after = values.get(value)
+        if (step is None or step.num_outputs is not None or not step.inputs or in_place_twin(step.target) is None
+                or not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor)
+                or before.dtype != after.dtype or before.shape != after.shape):
+            return None
+        chain.insert(0, step)
+        value = step.inputs[0]
+    return chain
+
+
+def _nothing_reads_after(graph: Graph, position: dict[str, int], write: Operator) -> bool:
+    """Whether every other reader of what `write` overwrites (its first input, and views of it, followed through
+    the operators whose schema says they return an alias) runs before `write` in the program's order, and none of
+    them is an output of the graph."""
+    aliases = {write.inputs[0]}
+    for step in graph.steps:
+        reads = [step.of] if isinstance(step, Item) else step.inputs
+        if step is write or not aliases.intersection(reads):
+            continue
+        if position[step.name] > position[write.name] or step.name in graph.outputs:
+            return False
+        if isinstance(step, Item) or _returns_alias(step.target):
+            aliases.add(step.name)
+    return not aliases.intersection(graph.outputs)
+
+
+def _returns_alias(target: str) -> bool:
+    """Whether the operator's result may be a view of an input (its schema annotates the return with an alias)."""
+    overload = _schema.overload_for(target)
+    returns = overload._schema.returns if overload is not None else []
+    return overload is None or any(r.alias_info is not None for r in returns)

@@ -88,14 +88,15 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int | Non
     chooser = TokenChooser(Sampling(**{k: settings[k] for k in (*_DEFAULTS, "seed") if k in settings}))
     emit = _emitter(streamer)
     emit(ids, prompt=True)
-    steps = _CachedSteps(model, ids, mask, max_new) if isinstance(model, PortedLM) else _WholeSequenceSteps(
-        model, ids, mask)
+    steps = (_CachedSteps(model, ids, mask, max_new, blocks=chooser.takes_most_likely)
+             if isinstance(model, PortedLM) else _WholeSequenceSteps(model, ids, mask))
     padding = (mask != 0).argmax(1)  # left padding: the repetition penalty skips it, as generate's does
     sequences, unfinished = ids, np.ones(ids.shape[0], dtype=bool)
     try:
         for step in range(max_new):
-            logits = steps.logits()
-            tokens = chooser.choose(logits, sequences, padding)
+            tokens = steps.decoded_ahead()
+            if tokens is None:
+                tokens = chooser.choose(steps.logits(), sequences, padding)
             if eos:
                 tokens = np.where(unfinished, tokens, pad)
                 unfinished &= ~np.isin(tokens, eos)
@@ -104,16 +105,23 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int | Non
             if eos and not unfinished.any():
                 break
             if step + 1 < max_new:
-                steps.advance(tokens)
+                steps.advance(tokens, max_new - step - 1)
     finally:
         emit(None)
     return ms.Tensor(sequences, ms.int64)
 
 
 class _CachedSteps:
-    """Decoding with the ported key/value cache: the prompt once, then one token per step."""
+    """Decoding with the ported key/value cache: the prompt once, then one token per step, or, with `blocks` (the
+    next token is the most likely one) and a PortedLM with a block cell, `tokens_per_call` tokens per call while as
+    many remain to be decoded.
 
-    def __init__(self, lm: PortedLM, ids: np.ndarray, mask: np.ndarray, max_new: int):
+    A block call takes the last token chosen and returns the next `tokens_per_call`, having fed all but the last of
+    them to the model: those are handed out one per step (decoded_ahead), and the steps that would feed them skip
+    it. A sequence that ended inside a block went on decoding there, where transformers feeds it padding: its cache
+    and tokens are its own (rows do not mix), and the tokens it shows are padding either way."""
+
+    def __init__(self, lm: PortedLM, ids: np.ndarray, mask: np.ndarray, max_new: int, blocks: bool = False):
         batch, length = ids.shape
         if batch != lm.batch_size:
             raise PortError(f"aot_ops.generate: {lm.module_name} was ported with a cache for batch_size="
@@ -125,27 +133,44 @@ class _CachedSteps:
                             f"max_length={lm.max_length}; decode fewer tokens or port it with from_torch_lm(..., "
                             f"max_length={length + max_new})")
         self.cell, self.length, self.written_part = lm.cell, length, lm.written_part
+        self.block = lm.block if blocks else None
+        self.block_size, self.max_length = lm.tokens_per_call, lm.max_length
+        self.ahead: list[np.ndarray] = []  # tokens a block decoded, not yet handed out
         self.mask = np.zeros((batch, lm.max_length), np.int64)  # every cache position: 1 where attended
         self.mask[:, :length] = mask
         positions = np.where(mask == 0, 0, mask.cumsum(-1) - 1)
         self.next_position = positions[:, -1] + 1
-        self._run(ids, positions, np.arange(length))
+        self._logits = self._run(ids, positions, np.arange(length))
 
-    def _run(self, ids, positions, cache_positions) -> None:
+    def _run(self, ids, positions, cache_positions, cell=None):
         # the mask over the positions written, this call's included (the cell attends to those alone), or the cache
         mask = self.mask[:, :cache_positions[-1] + 1] if self.written_part else self.mask
-        self._logits = self.cell(ms.Tensor(ids, ms.int64), ms.Tensor(np.ascontiguousarray(mask), ms.int64),
-                                 ms.Tensor(positions, ms.int64), ms.Tensor(cache_positions, ms.int64))
+        return (cell or self.cell)(ms.Tensor(ids, ms.int64), ms.Tensor(np.ascontiguousarray(mask), ms.int64),
+                                   ms.Tensor(positions, ms.int64), ms.Tensor(cache_positions, ms.int64))
 
     def logits(self) -> np.ndarray:
         return _host(self._logits)
 
-    def advance(self, tokens: np.ndarray) -> None:
+    def decoded_ahead(self) -> np.ndarray | None:
+        """The next tokens if a block decoded them, else None (choose them from logits())."""
+        return self.ahead.pop(0) if self.ahead else None
+
+    def advance(self, tokens: np.ndarray, remaining: int) -> None:
+        """Feeds `tokens` (one per sequence), `remaining` more tokens to decode after them."""
+        if self.ahead:  # the block that decoded them fed them
+            return
+        block = self.block is not None and remaining >= self.block_size
+        fed = self.block_size if block and self.length + self.block_size <= self.max_length else 1
         self.mask[:, self.length] = 1
         positions = self.next_position[:, None].copy()
-        self.next_position += 1
-        self._run(tokens[:, None], positions, np.array([self.length]))
-        self.length += 1
+        if fed == 1:
+            self._logits = self._run(tokens[:, None], positions, np.array([self.length]))
+        else:
+            decoded = self._run(tokens[:, None], positions, np.array([self.length]), self.block).asnumpy()
+            self.ahead = list(decoded.T)
+            self.mask[:, self.length:self.length + fed] = 1
+        self.next_position += fed
+        self.length += fed
 
 
 class _WholeSequenceSteps:
@@ -167,7 +192,10 @@ class _WholeSequenceSteps:
         logits = out["logits"] if not isinstance(out, ms.Tensor) else out
         return _host(logits[:, -1, :])
 
-    def advance(self, tokens: np.ndarray) -> None:
+    def decoded_ahead(self) -> None:
+        return None
+
+    def advance(self, tokens: np.ndarray, remaining: int) -> None:
         self.ids = np.concatenate([self.ids, tokens[:, None]], axis=1)
         self.mask = np.concatenate([self.mask, np.ones_like(self.mask[:, :1])], axis=1)
 

@@ -17,6 +17,7 @@ needs no more.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -92,7 +93,24 @@ class StaticCacheLM(torch.nn.Module):
             self.register_buffer(f"key_cache_{k}", layer.keys, persistent=False)
             self.register_buffer(f"value_cache_{k}", layer.values, persistent=False)
 
+    tokens_per_call = 1  # greedy steps a call decodes (GreedyBlock: set while the block is exported)
+
     def forward(self, input_ids, attention_mask, position_ids, cache_position):
+        if self.tokens_per_call == 1:
+            return self._step(input_ids, attention_mask, position_ids, cache_position)
+        # A block of greedy steps: each step's most likely token is the next step's input; the new positions are
+        # attended (the mask one column wider, or the cache's column set) and written where the last one was.
+        tokens = []
+        for j in range(self.tokens_per_call):
+            if j:
+                position_ids, cache_position = position_ids + 1, cache_position + 1
+                attention_mask = (torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1) if self.written_part
+                                  else attention_mask.index_fill(1, cache_position, 1))
+            input_ids = self._step(input_ids, attention_mask, position_ids, cache_position).argmax(-1, keepdim=True)
+            tokens.append(input_ids)
+        return torch.cat(tokens, 1)
+
+    def _step(self, input_ids, attention_mask, position_ids, cache_position):
         for k, layer in enumerate(self.cache.layers):
             # The cache reads and writes the buffers as this module holds them: torch.export swaps a module's
             # buffers for its own tensors while tracing, and tensors reached only through the cache object would be
@@ -148,14 +166,16 @@ class PortedLM:
     generation_config: Any         # the model's, for the end and padding tokens
     module_name: str
     written_part: bool = False     # the attention mask covers the positions written so far, not the whole cache
+    block: Any = None              # a PortedCell decoding `tokens_per_call` greedy tokens a call, or None
+    tokens_per_call: int = 1
 
     def __repr__(self):
         return (f"PortedLM({self.module_name}, batch_size={self.batch_size}, max_length={self.max_length}, "
-                f"cell={type(self.cell).__name__})")
+                f"cell={type(self.cell).__name__}, tokens_per_call={self.tokens_per_call})")
 
 
 def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: int, fuse: bool | str = False,
-                  jit: bool = True, share_weights: bool = True) -> PortedLM:
+                  jit: bool = True, share_weights: bool = True, tokens_per_call: int = 1) -> PortedLM:
     """Ports a transformers causal language model (`...ForCausalLM`) with a key/value cache for `batch_size`
     sequences of up to `max_length` tokens (prompt and new tokens together), for aot_ops.generate.
 
@@ -165,13 +185,16 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     compile one graph for both. `fuse="compile"` compiles the one-token step over the whole cache with AOTInductor
     (static shapes) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
     does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
-    them. Raises PortError naming what cannot be ported."""
+    them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call (one program,
+    its cache writes in place): greedy generation then pays MindSpore's cost of a call once per block, where a small
+    model's step is cheaper than that cost (sampling and repetition penalties still decode a token a call; the
+    export takes `tokens_per_call` times longer). Raises PortError naming what cannot be ported."""
     return port_lm(model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
-                   share_weights=share_weights)
+                   share_weights=share_weights, tokens_per_call=tokens_per_call)
 
 
 def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: bool | str, jit: bool,
-            share_weights: bool, plan_key: str | None = None) -> PortedLM:
+            share_weights: bool, plan_key: str | None = None, tokens_per_call: int = 1) -> PortedLM:
     """from_torch_lm, with the key of its plan where the caller knows what determines the model's graph
     (from_pretrained: plan_cache.py)."""
     from . import port
@@ -179,13 +202,16 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise TypeError("from_torch_lm: expected a transformers causal language model (a ...ForCausalLM instance), "
                         f"got {type(model).__name__}")
-    for name, value in (("batch_size", batch_size), ("max_length", max_length)):
+    for name, value in (("batch_size", batch_size), ("max_length", max_length), ("tokens_per_call", tokens_per_call)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"from_torch_lm: {name} must be a positive int, got {value!r}")
     if not isinstance(share_weights, bool):
         raise TypeError(f"from_torch_lm: share_weights={share_weights!r}; give True or False")
     if max_length < 2:
         raise ValueError("from_torch_lm: max_length must be at least 2 (a prompt token and a new one)")
+    if tokens_per_call > 1 and max_length < tokens_per_call + 2:
+        raise ValueError(f"from_torch_lm: tokens_per_call={tokens_per_call} needs max_length >= {tokens_per_call + 2} "
+                         f"(a prompt token, a token decoded from it, and a block), got {max_length}")
     was_training = model.training
     model.eval()
     try:
@@ -209,11 +235,70 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
                                     "has no training graph; port the model with from_torch to train it",
                     compile_inputs=step if fuse == "compile" else None, share_weights=share_weights,
                     plan_key=plan_key)
+        block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
+                                                              fuse=fuse, jit=jit, plan_key=plan_key)
     finally:
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size
     return PortedLM(cell, batch_size, max_length, vocab, getattr(model, "generation_config", None),
-                    type(model).__name__, written_part)
+                    type(model).__name__, written_part, block, tokens_per_call)
+
+
+def _port_block(wrapper: StaticCacheLM, step_cell, tokens: int, batch_size: int, max_length: int, *,
+                fuse: bool | str, jit: bool, plan_key: str | None):
+    """The cell decoding `tokens` greedy steps a call (StaticCacheLM.forward's block): input the last token chosen,
+    output the next `tokens` (int64, [batch, tokens]). It holds the step cell's Parameters, not copies: both read
+    and write one cache. With the written part attended, the mask is as wide as the positions written, this call's
+    first included; otherwise as wide as the cache."""
+    from . import port
+
+    width = 2 if wrapper.written_part else max_length  # a prompt token, and the token the block starts from
+    mask = torch.zeros(batch_size, width, dtype=torch.long)
+    mask[:, :2] = 1
+    example = {"input_ids": torch.zeros(batch_size, 1, dtype=torch.long), "attention_mask": mask,
+               "position_ids": torch.ones(batch_size, 1, dtype=torch.long), "cache_position": torch.ones(1, dtype=torch.long)}
+    dynamic = None
+    if wrapper.written_part:  # the block's last step attends to `tokens` - 1 positions more than its mask covers
+        attended = torch.export.Dim("attended", min=2, max=max_length - tokens + 1)
+        dynamic = {"input_ids": None, "attention_mask": {1: attended}, "position_ids": None, "cache_position": None}
+    wrapper.tokens_per_call = tokens
+    try:
+        with _state_held_by(wrapper, step_cell):
+            return port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
+                        no_training=f"{type(wrapper.model).__name__} was ported for generation (from_torch_lm): "
+                                    "the cell has no training graph",
+                        share_weights=True, plan_key=plan_key and f"{plan_key}-block{tokens}")
+    finally:
+        wrapper.tokens_per_call = 1
+
+
+@contextlib.contextmanager
+def _state_held_by(module: torch.nn.Module, cell):
+    """While inside: each of `module`'s parameters and buffers is the memory of the Parameter of the same key in
+    `cell` (a port with share_weights then takes those Parameters rather than copying: convert.owning_parameter);
+    the module's own tensors are given back after."""
+    from .._core.convert import torch_view
+
+    parameters = cell.parameters_dict()
+    held: list[tuple[torch.Tensor, torch.Tensor]] = []
+    seen: set[int] = set()
+    try:
+        for key, tensor in [*module.state_dict(keep_vars=True).items(), *module.named_buffers(remove_duplicate=False)]:
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            if key not in parameters:
+                raise PortError(f"from_torch_lm: the ported cell has no Parameter {key}")
+            held.append((tensor, tensor.data))
+            with torch.no_grad():
+                tensor.data = torch_view(parameters[key])
+            tensor._aot_ops_owner = parameters[key]
+        yield
+    finally:
+        for tensor, data in held:
+            with torch.no_grad():
+                tensor.data = data
+            del tensor._aot_ops_owner
 
 
 def _example(batch_size: int, max_length: int, written_part: bool) -> dict[str, torch.Tensor]:

@@ -53,12 +53,12 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
 
 
 def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 1, dtype: torch.dtype | None = None,
-                    fuse: bool | str = True, jit: bool = True, model_class: Any = None):
+                    fuse: bool | str = True, jit: bool = True, model_class: Any = None, tokens_per_call: int = 1):
     """A causal LM from its checkpoint folder, ported, its weights read once into the cell's Parameters.
 
     - With `max_length`: a PortedLM with a key/value cache for `batch_size` sequences of up to `max_length` tokens,
-      as aot_ops.from_torch_lm(model, batch_size=..., max_length=..., fuse=..., jit=...) gives, for
-      aot_ops.generate.
+      as aot_ops.from_torch_lm(model, batch_size=..., max_length=..., fuse=..., jit=..., tokens_per_call=...)
+      gives, for aot_ops.generate.
     - Without: a cell evaluating whole sequences (input_ids, attention_mask: any batch size and length) and
       returning the model's output (`logits`), as from_torch(model, ..., use_cache=False, evaluation_only=True)
       gives.
@@ -68,6 +68,9 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     from . import plan_cache, port
     from .kv_cache import port_lm
 
+    if max_length is None and tokens_per_call != 1:
+        raise ValueError("from_pretrained: tokens_per_call is for generation with the key/value cache: give "
+                         "max_length too")
     start = time.perf_counter()
     loading = _Loading(folder, dtype, model_class)
     reading = loading.start()
@@ -78,7 +81,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     try:
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
-                             share_weights=True, plan_key=plan_key)
+                             share_weights=True, plan_key=plan_key, tokens_per_call=tokens_per_call)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}

@@ -46,6 +46,12 @@ class TokenChooser:
         self.sampling = sampling
         self._rng = np.random.default_rng(sampling.seed)
 
+    @property
+    def takes_most_likely(self) -> bool:
+        """Whether the next token is the most likely one of the logits as they are (greedy, no penalty): what a
+        ported block of greedy steps computes."""
+        return not self.sampling.do_sample and self.sampling.repetition_penalty == 1.0
+
     def process(self, scores: np.ndarray, sequences: np.ndarray, padding: np.ndarray | None = None) -> np.ndarray:
         """The scores after the repetition penalty and, when sampling, temperature, top-k and top-p: what
         transformers' logits processors give (float32, [batch, vocab]). `sequences` are the tokens so far,

@@ -1,0 +1,89 @@
+"""Whose rounding a compiled bfloat16 port follows: the greedy tokens of `fuse="compile"` against torch eager's and
+torch.compile's (Inductor) on the same model and the same static-cache step.
+
+    .venv/bin/python benchmarks/compiled_tokens.py [--new 32]
+
+The model is decode.py's 1.1B Llama shape in bfloat16 (random weights), its prompt of 16 tokens. Printed: the new
+tokens of transformers' `generate` (eager, dynamic cache), of the static-cache wrapper the port exports run eagerly
+and compiled by torch.compile (Inductor, static shapes: the prompt eager, each one-token step compiled, as the port
+does), of the compiled port and of the fused port; where each first differs from eager; and, up to where
+torch.compile's tokens first differ from the eager step's, each step's margin between the two best logits against
+the largest difference torch.compile makes to the logits.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode  # noqa: E402 - the benchmark's model and prompt
+
+import aot_ops  # noqa: E402
+from aot_ops._core.convert import to_ms, to_torch  # noqa: E402
+from aot_ops._port.kv_cache import StaticCacheLM  # noqa: E402
+
+
+def margin(logits: torch.Tensor) -> float:
+    top = torch.topk(logits.float(), 2, dim=-1).values[0]
+    return float(top[0] - top[1])
+
+
+def static_cache_decoding(wrapped, step, ids, mask, new: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy tokens and each step's logits: the prompt through `wrapped`, every new token through `step`."""
+    length, total = ids.shape[1], wrapped.key_cache_0.shape[2]
+    full = torch.zeros(1, total, dtype=torch.long)
+    full[:, :length] = mask
+    tokens, all_logits = [], []
+    with torch.no_grad():
+        logits = wrapped(ids, full, torch.arange(length)[None], torch.arange(length))
+        for i in range(new):
+            token = logits.argmax(-1)
+            tokens.append(int(token))
+            all_logits.append(logits)
+            full[:, length + i] = 1
+            logits = step(token[:, None], full, torch.tensor([[length + i]]), torch.tensor([length + i]))
+    return tokens, all_logits
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--new", type=int, default=32, help="new tokens (default 32)")
+    new = parser.parse_args(argv).new
+    torch.set_num_threads(1)
+    model = decode.llama_1b()
+    ids, mask = decode.prompts(1, model.config.vocab_size)
+    prompt = ids.shape[1]
+    with torch.no_grad():
+        eager = model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True)
+    rows = {"generate (eager, dynamic cache)": eager.sequences[0, prompt:].tolist()}
+    wrapped = StaticCacheLM(model, 1, prompt + new).eval()
+    rows["static-cache step, eager"], eager_logits = static_cache_decoding(wrapped, wrapped, ids, mask, new)
+    compiled = torch.compile(wrapped, fullgraph=True, dynamic=False)
+    rows["static-cache step, torch.compile"], compiled_logits = static_cache_decoding(wrapped, compiled, ids, mask,
+                                                                                      new)
+    for fuse, name in (("compile", "port, fuse='compile'"), (True, "port, fuse=True")):
+        lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=prompt + new, fuse=fuse)
+        out = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=new)
+        rows[name] = to_torch(out)[0, prompt:].tolist()
+    reference = rows["generate (eager, dynamic cache)"]
+    for name, tokens in rows.items():
+        print(f"{name:<36} first differs from eager at new token {first_difference(tokens, reference)}; "
+              f"from torch.compile at {first_difference(tokens, rows['static-cache step, torch.compile'])}")
+        print(f"    {tokens}")
+    diverged = first_difference(rows["static-cache step, torch.compile"], rows["static-cache step, eager"])
+    for i in range(new if diverged is None else diverged + 1):  # (after it the two decode different sequences)
+        difference = float((compiled_logits[i].float() - eager_logits[i].float()).abs().max())
+        print(f"new token {i}: eager's two best logits {margin(eager.logits[i]):.4f} apart, torch.compile's "
+              f"{margin(compiled_logits[i]):.4f}; torch.compile's logits differ from eager's by up to {difference:.4f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,8 +25,23 @@ class WrittenThenRead(torch.nn.Module):
         return self.cache.sum(0) * 2
 
 
+class WrittenTwice(torch.nn.Module):
+    """Two writes, the first one's result read between them (a block of decoding steps writes each layer's cache
+    once a step): the chain of writes in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(3, 4))
+
+    def forward(self, x, position):
+        self.cache.index_copy_(0, position, x)
+        first = self.cache.sum(0)
+        self.cache.index_copy_(0, (position + 1) % 3, x * 2)
+        return first + self.cache.sum(0)
+
+
 class ReadBeforeAndAfter(torch.nn.Module):
-    """The old value is read beside the write: computed functionally, then copied into the buffer."""
+    """The old value is read before the write, the new one after: the read runs first, so the write is in place."""
 
     def __init__(self):
         super().__init__()
@@ -38,12 +53,26 @@ class ReadBeforeAndAfter(torch.nn.Module):
         return before + self.total
 
 
-CASES = {"in_place": (WrittenThenRead, 1), "copied": (ReadBeforeAndAfter, 0)}
+class ReturnsTheBuffer(torch.nn.Module):
+    """The value written is also the module's output, which must not be the buffer's memory: computed functionally,
+    then copied into the buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.arange(4.0))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total
+
+
+CASES = {"in_place": (WrittenThenRead, 1), "written_twice": (WrittenTwice, 2), "read_before": (ReadBeforeAndAfter, 1),
+         "copied": (ReturnsTheBuffer, 0)}
 
 
 def _inputs(name: str, step: int) -> tuple[torch.Tensor, ...]:
     x = torch.arange(4.0) + step
-    return (x[None], torch.tensor([step % 3])) if name == "in_place" else (x,)
+    return (x[None], torch.tensor([step % 3])) if name in ("in_place", "written_twice") else (x,)
 
 
 def _in_place_nodes(program) -> int:

@@ -5,8 +5,9 @@ torch.compile's (Inductor) on the same model and the same static-cache step.
 
 The model is decode.py's 1.1B Llama shape in bfloat16 (random weights), its prompt of 16 tokens. Printed: the new
 tokens of transformers' `generate` (eager, dynamic cache), of the static-cache wrapper the port exports run eagerly
-and compiled by torch.compile (Inductor, static shapes: the prompt eager, each one-token step compiled, as the port
-does), of the compiled port and of the fused port; where each first differs from eager; and, up to where
+and compiled by torch.compile (Inductor, static shapes: the prompt eager, each one-token step compiled), of the
+same wrapper attending to the positions written, compiled with their number dynamic (what the port compiles), of
+the compiled port and of the fused port; where each first differs from eager; and, up to where
 torch.compile's tokens first differ from the eager step's, each step's margin between the two best logits against
 the largest difference torch.compile makes to the logits.
 """
@@ -32,19 +33,25 @@ def margin(logits: torch.Tensor) -> float:
 
 
 def static_cache_decoding(wrapped, step, ids, mask, new: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy tokens and each step's logits: the prompt through `wrapped`, every new token through `step`."""
+    """Greedy tokens and each step's logits: the prompt through `wrapped`, every new token through `step`. The
+    mask covers the whole cache, or, for a wrapper attending to the written part, the positions written (its width
+    marked dynamic for torch.compile, as the port compiles it)."""
     length, total = ids.shape[1], wrapped.key_cache_0.shape[2]
     full = torch.zeros(1, total, dtype=torch.long)
     full[:, :length] = mask
     tokens, all_logits = [], []
     with torch.no_grad():
-        logits = wrapped(ids, full, torch.arange(length)[None], torch.arange(length))
+        logits = wrapped(ids, full[:, :length] if wrapped.written_part else full, torch.arange(length)[None],
+                         torch.arange(length))
         for i in range(new):
             token = logits.argmax(-1)
             tokens.append(int(token))
             all_logits.append(logits)
             full[:, length + i] = 1
-            logits = step(token[:, None], full, torch.tensor([[length + i]]), torch.tensor([length + i]))
+            attended = full[:, :length + i + 1].clone() if wrapped.written_part else full
+            if wrapped.written_part:
+                torch._dynamo.mark_dynamic(attended, 1)
+            logits = step(token[:, None], attended, torch.tensor([[length + i]]), torch.tensor([length + i]))
     return tokens, all_logits
 
 
@@ -69,6 +76,10 @@ def main(argv=None):
     compiled = torch.compile(wrapped, fullgraph=True, dynamic=False)
     rows["static-cache step, torch.compile"], compiled_logits = static_cache_decoding(wrapped, compiled, ids, mask,
                                                                                       new)
+    # what the port compiles: attention over the positions written, their number a dynamic size
+    written = StaticCacheLM(model, 1, prompt + new, written_part=True).eval()
+    rows["written part, torch.compile"], _ = static_cache_decoding(written, torch.compile(written, fullgraph=True),
+                                                                   ids, mask, new)
     for fuse, name in (("compile", "port, fuse='compile'"), (True, "port, fuse=True")):
         lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=prompt + new, fuse=fuse)
         out = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=new)
@@ -76,7 +87,8 @@ def main(argv=None):
     reference = rows["generate (eager, dynamic cache)"]
     for name, tokens in rows.items():
         print(f"{name:<36} first differs from eager at new token {first_difference(tokens, reference)}; "
-              f"from torch.compile at {first_difference(tokens, rows['static-cache step, torch.compile'])}")
+              f"from torch.compile at {first_difference(tokens, rows['static-cache step, torch.compile'])}, "
+              f"from torch.compile of the written part at {first_difference(tokens, rows['written part, torch.compile'])}")
         print(f"    {tokens}")
     diverged = first_difference(rows["static-cache step, torch.compile"], rows["static-cache step, eager"])
     for i in range(new if diverged is None else diverged + 1):  # (after it the two decode different sequences)

@@ -268,7 +268,9 @@ def test_compiled_one_token_step_decodes_like_torch():
         rank = flat.pop(0)
         shapes.append(tuple(flat[:rank]))
         del flat[:rank]
-    assert (2, 1) in shapes and (2, MAX_LENGTH) in shapes and (2, 2) not in shapes, shapes  # the step, not the prompt
+    # the step (a token a call), attending to any number of positions: the mask's width a dynamic size of the package
+    mask_input, dim, low, high = program.attrs["program_input_ranges"]
+    assert (2, 1) in shapes and shapes[mask_input][0] == 2 and dim == 1 and low <= 2 and high == MAX_LENGTH, shapes
 
 
 BLOCK = 4  # greedy tokens a call of the block ports below
@@ -383,6 +385,8 @@ def test_a_block_that_cannot_fit_is_refused():
 
 @pytest.mark.slow  # AOTInductor compiles the block (seconds to a minute, then from the build cache)
 def test_a_compiled_block_gives_torchs_tokens(blocks):
+    from aot_ops._port.compiled import is_compiled
+
     model, lm = blocks["compile"]
     ids, mask = left_padded_prompt()
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
@@ -395,3 +399,13 @@ def test_a_compiled_block_gives_torchs_tokens(blocks):
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     assert counted.calls == 4
+    # the package alone runs the block (no nodes to fall back on), the mask's width a dynamic size: the blocks above
+    # attended to 7-11 positions
+    program = lm.block.mode_programs["eval"].program("inference")
+    assert is_compiled(program) and "program_nodes" not in program.attrs
+    assert program.attrs["program_input_ranges"][1:] == [1, 2, MAX_LENGTH - BLOCK + 1]
+    # a width beyond that range is refused before the package reads it, naming what it was compiled for
+    tokens, positions = torch.zeros(2, 1, dtype=torch.long), torch.tensor([MAX_LENGTH - 1])
+    too_wide = (tokens, torch.ones(2, MAX_LENGTH, dtype=torch.long), tokens, positions)
+    with pytest.raises(RuntimeError, match=rf"compiled for Long of shape \[2, 2\.\.{MAX_LENGTH - BLOCK + 1}\]"):
+        lm.block(*(to_ms(t) for t in too_wide))

@@ -105,13 +105,13 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-         no_training: str | None = None, compile_inputs: dict[str, tuple[int, ...]] | None = None,
+         no_training: str | None = None, compile_inputs: dict[str, tuple[int | None, ...]] | None = None,
          share_weights: bool = False, plan_key: str | None = None) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
-    fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; other
-    sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
+    fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; a None
+    size is compiled as dynamic, over its whole range; other sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
     the plan kept under it is used instead of exporting and fusing, or made and kept."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
@@ -256,7 +256,7 @@ def _cannot_train_because(model: torch.nn.Module, exc: PortError) -> str:
     return f"{type(model).__name__} was ported for evaluation only; training mode cannot run: {exc}"
 
 
-def _set_compile_sizes(plan: _Plan, compile_inputs: dict[str, tuple[int, ...]]) -> None:
+def _set_compile_sizes(plan: _Plan, compile_inputs: dict[str, tuple[int | None, ...]]) -> None:
     for use in plan.uses.values():
         use.fused.compile_sizes = _size_values(use.program, compile_inputs)
 
@@ -327,8 +327,9 @@ def _batch_dimensions(model: torch.nn.Module, args: tuple, kwargs: dict[str, tor
     return {name: spec(value) for name, value in bound.arguments.items()}
 
 
-def _size_values(program, shapes: dict[str, tuple[int, ...]]) -> dict:
-    """Size symbol -> value, read off the exported program's user inputs given these concrete shapes."""
+def _size_values(program, shapes: dict[str, tuple[int | None, ...]]) -> dict:
+    """Size symbol -> value, read off the exported program's user inputs given these shapes (None: a size left
+    dynamic, compiled for its whole range)."""
     values = {}
     placeholders = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
     for spec in program.graph_signature.input_specs:
@@ -336,7 +337,7 @@ def _size_values(program, shapes: dict[str, tuple[int, ...]]) -> dict:
         if shape is None:
             continue
         for size, value in zip(placeholders[spec.arg.name].shape, shape):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+            if value is not None and isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 values[size.node.expr] = value
     return values
 

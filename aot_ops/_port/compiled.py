@@ -9,6 +9,10 @@ MindSpore's buffers. Shapes, dtypes, saved tensors and the cell's wiring are the
 compiled program replaces an interpreted one one for one, and a graph that does not compile keeps its interpreted
 program, with a CompileFallbackWarning naming why (never a different result).
 
+Sizes: a graph with dynamic sizes is compiled for the values its port gives them (compile_inputs), the program
+keeping its nodes for every other size; a size given no value is compiled as dynamic, over the range the export
+gave it (from_torch_lm's positions attended), and the program entry checks each launch against that range.
+
 Which graphs: in training mode the forward and backward programs, in evaluation mode the inference program (a
 mode whose graph is the same in both gets all three). The gradient of an evaluation-mode cell runs its
 interpreted programs: compiling each takes seconds to tens of seconds, and that case is rare.
@@ -110,16 +114,19 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
     if any(dtype is None for _shape, dtype in source.inputs):
         raise NotCompilable(f"{name}: an input of the graph is not a tensor")
     dynamic = any(isinstance(n, torch.SymInt) for shape, _ in source.inputs for n in shape)
-    shapes = [_concrete(shape, sizes or {}, name) for shape, _ in source.inputs]
+    shapes, free = _compiled_shapes([shape for shape, _ in source.inputs], sizes or {}, name)
     examples = tuple(torch.zeros(shape, dtype=dtype) for shape, (_, dtype) in zip(shapes, source.inputs))
-    key = _key(source, examples)
-    package = _package(key, name, source, examples)
-    attrs = dict(program.attrs) if dynamic else {k: v for k, v in program.attrs.items()
-                                                 if k not in ("program_nodes", "program_num_nodes")}
+    key = _key(source, examples, free)
+    package = _package(key, name, source, examples, free)
+    # with dynamic sizes the nodes stay for the sizes the package does not take
+    attrs = dict(program.attrs) if dynamic and len(free) < _symbol_count(source) else {
+        k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes")}
     attrs["program_package"] = str(package)
     if source.writes:
         attrs["program_package_writes"] = True  # the package writes program_writes' inputs itself
     attrs["program_input_shapes"] = [n for shape in shapes for n in (len(shape), *shape)]
+    if free:
+        attrs["program_input_ranges"] = [n for size in free for n in (size.input, size.dim, size.min, size.max)]
     try:
         attrs["program_input_dtypes"] = ",".join(dtypes.checked_ms_name(dtype) for _, dtype in source.inputs)
     except TypeError as exc:
@@ -127,18 +134,57 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
     return Program(with_key(attrs), program.num_inputs, list(program.out_dtypes))
 
 
-def _concrete(shape: tuple, sizes: dict, name: str) -> tuple[int, ...]:
-    """A shape whose symbolic sizes are evaluated with `sizes` (size symbol -> value)."""
-    concrete = []
-    for n in shape:
-        if isinstance(n, torch.SymInt):
-            value = n.node.expr.subs(sizes)
-            if not value.is_number:
-                raise NotCompilable(f"{name}: the size {n.node.expr} is dynamic and no value to compile it for was "
-                                    "given")
-            n = int(value)
-        concrete.append(int(n))
-    return tuple(concrete)
+@dataclass(frozen=True)
+class FreeSize:
+    """A size of a program input compiled as dynamic: the package takes any value in [min, max] (max -1: no bound)."""
+
+    input: int
+    dim: int
+    symbol: str
+    min: int
+    max: int
+
+
+def _compiled_shapes(shapes: list[tuple], sizes: dict, name: str) -> tuple[list[tuple[int, ...]], list[FreeSize]]:
+    """Each input's shape to compile for, its symbolic sizes evaluated with `sizes` (size symbol -> value), and
+    the sizes left free: a size symbol `sizes` does not give is compiled as dynamic within the range the export
+    gave it (its example the value it was exported with). A size that is an expression of a free symbol is not
+    compiled (NotCompilable)."""
+    concrete, free = [], []
+    for i, shape in enumerate(shapes):
+        dims = []
+        for d, n in enumerate(shape):
+            if isinstance(n, torch.SymInt):
+                value = n.node.expr.subs(sizes)
+                if not value.is_number:
+                    if not value.is_Symbol or n.node.hint is None:
+                        raise NotCompilable(f"{name}: the size {n.node.expr} is dynamic and no value to compile it "
+                                            "for was given")
+                    bounds = n.node.shape_env.var_to_range[value]
+                    upper = bounds.upper if bounds.upper.is_finite else -1
+                    free.append(FreeSize(i, d, str(value), int(bounds.lower), int(upper)))
+                    value = n.node.hint
+                n = int(value)
+            dims.append(int(n))
+        concrete.append(tuple(dims))
+    return concrete, free
+
+
+def _symbol_count(source: GraphSource) -> int:
+    """How many sizes of the program's inputs are symbolic."""
+    return sum(isinstance(n, torch.SymInt) for shape, _ in source.inputs for n in shape)
+
+
+def _dynamic_shapes(examples: tuple, free: list[FreeSize]) -> dict | None:
+    """torch.export's dynamic_shapes for _Program(*inputs): one Dim per free symbol, shared by its sizes."""
+    if not free:
+        return None
+    dims = {size.symbol: torch.export.Dim(f"size_{size.symbol}", min=size.min,
+                                          max=size.max if size.max >= 0 else None) for size in free}
+    specs: list[dict | None] = [None] * len(examples)
+    for size in free:
+        specs[size.input] = {**(specs[size.input] or {}), size.dim: dims[size.symbol]}
+    return {"inputs": tuple(specs)}
 
 
 def compiled_or_interpreted(program: Program, source: GraphSource, sizes: dict | None = None) -> Program:
@@ -170,13 +216,14 @@ def compiler() -> str:
 
 # ---- the cache ------------------------------------------------------------------------------------------------
 
-def _key(source: GraphSource, examples: tuple[torch.Tensor, ...]) -> str:
+def _key(source: GraphSource, examples: tuple[torch.Tensor, ...], free: list[FreeSize]) -> str:
     from torch._inductor.utils import parallel_num_threads
 
     digest = hashlib.sha256()
     code = "\n".join(line for line in source.module.code.splitlines() if not line.strip().startswith("#"))
     description = dict(format=FORMAT, code=code, used=source.num_used, picks=source.picks, writes=source.writes,
                        inputs=[(tuple(e.shape), str(e.dtype)) for e in examples], torch=torch.__version__,
+                       free=[(f.input, f.dim, f.symbol, f.min, f.max) for f in free],
                        configs=sorted(source.configs.items()), threads=parallel_num_threads(), compiler=compiler(),
                        cxxflags=os.environ.get("CXXFLAGS", ""), inductor=_inductor_settings(), cpu=_cpu())
     digest.update(json.dumps(description, sort_keys=True, default=str).encode())
@@ -240,7 +287,7 @@ def _module_tensors(module: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
     return found
 
 
-def _package(key: str, name: str, source: GraphSource, examples: tuple) -> Path:
+def _package(key: str, name: str, source: GraphSource, examples: tuple, free: list[FreeSize]) -> Path:
     """The folder of the unpacked package for `key`: the cached one, else compiled now (one compiler per key
     across processes)."""
     root = private.private_dir(cache.private_root() / "compiled")
@@ -249,7 +296,7 @@ def _package(key: str, name: str, source: GraphSource, examples: tuple) -> Path:
         found = _cached(folder)
         if found is not None:
             return found
-        return _compile(folder, name, source, examples)
+        return _compile(folder, name, source, examples, free)
 
 
 def _cached(folder: Path) -> Path | None:
@@ -265,13 +312,14 @@ def _cached(folder: Path) -> Path | None:
     return package
 
 
-def _compile(folder: Path, name: str, source: GraphSource, examples: tuple) -> Path:
+def _compile(folder: Path, name: str, source: GraphSource, examples: tuple, free: list[FreeSize]) -> Path:
     from torch._inductor import aoti_compile_and_package
 
     start = time.monotonic()
     with progress(f"{name} with AOTInductor", show_after=0.0, every=10.0), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations inside export and Inductor
-        exported = torch.export.export(_Program(source), examples, strict=False)
+        exported = torch.export.export(_Program(source), examples, dynamic_shapes=_dynamic_shapes(examples, free),
+                                       strict=False)
         with tempfile.TemporaryDirectory(prefix="aoti_", dir=folder.parent) as scratch:
             archive = Path(scratch) / "model.pt2"
             with _quiet_inductor():

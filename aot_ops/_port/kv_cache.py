@@ -11,8 +11,8 @@ writes them where they live (buffer_writes.py), and per node the cell assigns th
 takes the prompt or one new token (a dynamic sequence length), the attention mask over the positions written so
 far, this call's included (one column per position: 1 where a token was written and is attended, 0 for padding;
 its width a second dynamic size, which each layer's attention reads as the part of the cache to attend to: a
-token's attention costs the length so far, not the whole cache; fuse="compile" compiles one signature, so there
-the mask covers the whole cache) and the positions, and returns the logits of the last position only: decoding
+token's attention costs the length so far, not the whole cache; fuse="compile" compiles the one-token step with
+that width as a dynamic size) and the positions, and returns the logits of the last position only: decoding
 needs no more.
 """
 from __future__ import annotations
@@ -182,8 +182,8 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     The cache is transformers' StaticCache, held by the ported cell as Parameters updated in place (with fuse, by
     the program itself: no cache output, no Assign). One cell takes the prompt (prefill) and each new token
     (decode), with a dynamic sequence length, attending to the positions written so far: per node and `fuse=True`
-    compile one graph for both. `fuse="compile"` compiles the one-token step over the whole cache with AOTInductor
-    (static shapes) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
+    compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (the positions
+    attended a dynamic size) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
     does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
     them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call (one program,
     its cache writes in place): greedy generation then pays MindSpore's cost of a call once per block, where a small
@@ -215,8 +215,7 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     was_training = model.training
     model.eval()
     try:
-        # fuse="compile" compiles one signature: the one-token step over the whole cache (a mask as wide)
-        written_part = fuse != "compile"
+        written_part = True  # (StaticCacheLM's whole-cache mask remains for references computed in torch)
         wrapper = StaticCacheLM(model, batch_size, max_length, written_part, plan_key).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
@@ -227,13 +226,10 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
         attended = torch.export.Dim("attended", min=1, max=max_length) if written_part else None
         dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended} if written_part else None,
                    "position_ids": {1: seq}, "cache_position": {0: seq}}
-        # fuse="compile": the one-token step is compiled (static shapes), the prompt runs interpreted
-        step = {"input_ids": (batch_size, 1), "attention_mask": (batch_size, max_length),
-                "position_ids": (batch_size, 1), "cache_position": (1,)}
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                     no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
-                    compile_inputs=step if fuse == "compile" else None, share_weights=share_weights,
+                    compile_inputs=_one_token(batch_size) if fuse == "compile" else None, share_weights=share_weights,
                     plan_key=plan_key)
         block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
                                                               fuse=fuse, jit=jit, plan_key=plan_key)
@@ -267,6 +263,7 @@ def _port_block(wrapper: StaticCacheLM, step_cell, tokens: int, batch_size: int,
             return port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                         no_training=f"{type(wrapper.model).__name__} was ported for generation (from_torch_lm): "
                                     "the cell has no training graph",
+                        compile_inputs=_one_token(batch_size) if fuse == "compile" else None,
                         share_weights=True, plan_key=plan_key and f"{plan_key}-block{tokens}")
     finally:
         wrapper.tokens_per_call = 1
@@ -299,6 +296,13 @@ def _state_held_by(module: torch.nn.Module, cell):
             with torch.no_grad():
                 tensor.data = data
             del tensor._aot_ops_owner
+
+
+def _one_token(batch_size: int) -> dict[str, tuple[int | None, ...]]:
+    """What fuse="compile" compiles: a token a call, attending to any number of positions (a dynamic size in the
+    package); the prompt's sizes run interpreted."""
+    return {"input_ids": (batch_size, 1), "attention_mask": (batch_size, None), "position_ids": (batch_size, 1),
+            "cache_position": (1,)}
 
 
 def _example(batch_size: int, max_length: int, written_part: bool) -> dict[str, torch.Tensor]:

@@ -25,6 +25,8 @@
 //                                   nodes run every other size
 //   program_input_shapes int list   with a package: each input's rank then its sizes, as compiled
 //   program_input_dtypes str        with a package: each input's dtype (MindSpore's names), comma-separated
+//   program_input_ranges int list   with a package (optional): (input, dim, min, max) quadruples, flattened: sizes
+//                                   the package takes anywhere in [min, max] (max -1: no bound), not only as given
 //   program_package_writes bool     with a package and program_writes: the package writes those inputs itself (it
 //                                   returns the outputs alone); without it, it returns the outputs, then the
 //                                   written values in program_writes' order
@@ -40,6 +42,7 @@
 // Sizes that depend on input shapes are evaluated per node at run time, from its own inputs' shapes, followed for
 // an n<k>_graph_shapes node by the program inputs' shapes (a size its own inputs do not show: expanding a 0-dim
 // gradient to the batch size).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -82,12 +85,18 @@ struct ProgramNode {
 };
 
 // A program compiled by AOTInductor: its generated code computes every output at once. That code trusts its
-// inputs to be what it was compiled for (it indexes them with fixed sizes), so each launch checks them first.
+// inputs to be what it was compiled for (it indexes them with fixed sizes, or with the sizes it was compiled to
+// take within a range), so each launch checks them first.
 struct CompiledBody {
+  struct DynamicSize {
+    size_t input, dim;
+    int64_t min, max;  // max < 0: no upper bound
+  };
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   size_t num_outputs;
   std::vector<ms_ext::Shape> shapes;
   std::vector<at::ScalarType> dtypes;
+  std::vector<DynamicSize> dynamic;  // program_input_ranges: sizes compiled as dynamic, within their range
 
   CompiledBody(const ms_ext::Attrs &attrs, size_t outputs) : num_outputs(outputs) {
     const std::vector<int64_t> flat = attrs.get<std::vector<int64_t>>("program_input_shapes");
@@ -105,17 +114,49 @@ struct CompiledBody {
     if (dtypes.size() != shapes.size())
       throw std::invalid_argument(std::to_string(shapes.size()) + " input shapes for " + std::to_string(dtypes.size()) +
                                   " input dtypes");
+    const std::vector<int64_t> ranges = attrs.get<std::vector<int64_t>>("program_input_ranges", {});
+    if (ranges.size() % 4 != 0) throw std::invalid_argument("program_input_ranges is not a list of quadruples");
+    for (size_t k = 0; k < ranges.size(); k += 4) {
+      if (ranges[k] < 0 || static_cast<size_t>(ranges[k]) >= shapes.size() || ranges[k + 1] < 0 ||
+          static_cast<size_t>(ranges[k + 1]) >= shapes[ranges[k]].size())
+        throw std::invalid_argument("program_input_ranges names a size no input has");
+      dynamic.push_back({static_cast<size_t>(ranges[k]), static_cast<size_t>(ranges[k + 1]), ranges[k + 2], ranges[k + 3]});
+    }
     // A folder is loaded in place (a .pt2 archive would be unpacked to a temporary folder in every process).
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(attrs.get<std::string>("program_package"));
   }
 
-  // Whether the package was compiled for exactly these inputs (with dynamic sizes, other sizes run the nodes).
+  // Whether input i has the shape the package takes: the compiled sizes, a dynamic size anywhere in its range.
+  bool fits(size_t i, const at::Tensor &t) const {
+    if (t.dim() != static_cast<int64_t>(shapes[i].size()) || t.scalar_type() != dtypes[i] || !t.is_contiguous())
+      return false;
+    for (size_t d = 0; d < shapes[i].size(); ++d) {
+      const int64_t size = t.size(static_cast<int64_t>(d));
+      const auto range = std::find_if(dynamic.begin(), dynamic.end(),
+                                      [&](const DynamicSize &s) { return s.input == i && s.dim == d; });
+      if (range == dynamic.end() ? size != shapes[i][d] : size < range->min || (range->max >= 0 && size > range->max))
+        return false;
+    }
+    return true;
+  }
+
+  std::string compiled_for(size_t i) const {
+    std::string shape = "[";
+    for (size_t d = 0; d < shapes[i].size(); ++d) {
+      const auto range = std::find_if(dynamic.begin(), dynamic.end(),
+                                      [&](const DynamicSize &s) { return s.input == i && s.dim == d; });
+      shape += (d ? ", " : "") + (range == dynamic.end() ? std::to_string(shapes[i][d])
+                                                          : std::to_string(range->min) + ".." +
+                                                                (range->max >= 0 ? std::to_string(range->max) : ""));
+    }
+    return std::string(c10::toString(dtypes[i])) + " of shape " + shape + "]";
+  }
+
+  // Whether the package was compiled for these inputs (with dynamic sizes, other sizes run the nodes).
   bool accepts(const std::vector<at::Tensor> &inputs) const {
     if (inputs.size() != shapes.size()) return false;
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].sizes() != c10::IntArrayRef(shapes[i]) || inputs[i].scalar_type() != dtypes[i] ||
-          !inputs[i].is_contiguous())
-        return false;
+      if (!fits(i, inputs[i])) return false;
     return true;
   }
 
@@ -125,11 +166,10 @@ struct CompiledBody {
                                   std::to_string(shapes.size()));
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor &t = inputs[i];
-      if (t.sizes() != c10::IntArrayRef(shapes[i]) || t.scalar_type() != dtypes[i] || !t.is_contiguous())
+      if (!fits(i, t))
         throw std::invalid_argument("input " + std::to_string(i) + " is " + std::string(c10::toString(t.scalar_type())) +
                                     " of shape " + c10::str(t.sizes()) + (t.is_contiguous() ? "" : " (not contiguous)") +
-                                    "; the program was compiled for " + c10::toString(dtypes[i]) + " of shape " +
-                                    c10::str(c10::IntArrayRef(shapes[i])));
+                                    "; the program was compiled for " + compiled_for(i));
     }
     c10::InferenceMode inference;
     std::vector<at::Tensor> results = loader->run(inputs);

@@ -14,7 +14,7 @@ prompt of 16 tokens, greedy decoding of exactly N new tokens (no end token). Row
 compiled (`from_torch_lm(..., fuse=...)`: the one-token step compiled by AOTInductor, the prompt interpreted;
 with `--tokens-per-call k`, also each port decoding k greedy tokens a call), in
 PyNative (each call one compiled graph, the default) and GRAPH_MODE, each ported for its N with a cache of 16 + N
-positions (a static cache is sized at port time: attention reads all of it at every step); and, for reference, the fused port without a cache (from_torch with use_cache=False and a dynamic
+positions (a static cache is sized at port time; each step attends to the positions written); and, for reference, the fused port without a cache (from_torch with use_cache=False and a dynamic
 sequence: every step runs the whole sequence), GRAPH_MODE. Each figure is new tokens per second over a whole
 `generate` call (prefill included), the median of --rounds calls after one warm-up call (which compiles), and the
 median ratio to torch's, each call timed right after one of torch's (the machine's speed drifts within minutes). Every port's tokens are checked against torch's first.

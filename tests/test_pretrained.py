@@ -268,9 +268,12 @@ def test_the_port_holds_the_weights_once(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["weights"] > 300e6
-    # a copy of the weights would be 2x; what is above 1x is the port's own (its graph, programs, MindSpore's kernels)
-    assert figures["peak"] < 1.2, figures
-    assert figures["after"] < 1.2, figures
+    # A copy of the weights would be 2x; what is above 1x is the port's own (its graph, programs, MindSpore's
+    # kernels): 15-60 MB whatever the model's size, 0.05-0.2x of this 311 MB checkpoint when the port exports (a
+    # bimodal 1.05x or 1.20x in runs alone, 1.24x once in a full-suite worker; 1.12-1.20x before the commit that
+    # found it), so the bound leaves that room; the big checkpoints' ratios are the benchmark's (1.01-1.04x).
+    assert figures["peak"] < 1.3, figures
+    assert figures["after"] < 1.3, figures
 
 
 # ---- LoRA fine-tuning -------------------------------------------------------------------------------------------

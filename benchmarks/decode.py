@@ -186,9 +186,8 @@ def breakdown(new: int, rounds: int) -> None:
     lms = {label: aot_ops.from_torch_lm(model, batch_size=1, max_length=length, fuse=fuse, tokens_per_call=BLOCK)
            for fuse, label in ((True, "fused"), ("compile", "compiled"))}
     args = [to_ms(step[k]) for k in ("input_ids", "attention_mask", "position_ids", "cache_position")]
-    # a block's mask: the positions written, this call's first included (fused), or the whole cache (compiled)
-    block_args = {label: [args[0], to_ms(torch.ones(1, position + 1 if lm.written_part else length,
-                                                    dtype=torch.long)), *args[2:]] for label, lm in lms.items()}
+    # a block's mask: the positions written, this call's first included
+    block_args = [args[0], to_ms(torch.ones(1, position + 1, dtype=torch.long)), *args[2:]]
     floor, small = _FloorCell(), ms.Tensor(np.zeros((1, 8), np.float32))
     calls = 200
     figures: dict[str, list[float]] = {}
@@ -208,7 +207,7 @@ def breakdown(new: int, rounds: int) -> None:
             timed("torch eager forward", lambda: wrapped(**step))
         for label, lm in lms.items():
             timed(f"GRAPH_MODE, {label}", lambda: lm.cell(*args))
-            timed(f"GRAPH_MODE, {label}, {BLOCK} a call", lambda: lm.block(*block_args[label]))
+            timed(f"GRAPH_MODE, {label}, {BLOCK} a call", lambda: lm.block(*block_args))
         timed("GRAPH_MODE floor: 1 operator, 8 Assign", lambda: floor(small))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     print(f"one decode step, cache of {length} positions, ms per call (median of {rounds} blocks of {calls}):")

@@ -60,6 +60,26 @@ def ported():
     return PortedLMs()
 
 
+def assert_torchs_greedy_tokens(model, lm, modes=(ms.PYNATIVE_MODE, ms.GRAPH_MODE), times: int = 1,
+                                varied: bool = False, **options) -> None:
+    """`lm` decodes the left-padded prompt greedily into torch's generate tokens in each of `modes`, `times` in a
+    row (a second generation reuses the cache: what the first left there must not matter); `varied`: torch's own
+    decoding must not repeat one token (a decoding that could tell a wrong model). `options` go to generate."""
+    ids, mask = left_padded_prompt()
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    if varied:
+        assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
+    try:
+        for mode in modes:
+            ms.set_context(mode=mode)
+            for _ in range(times):
+                tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
+                                          **options)
+                assert to_torch(tokens).tolist() == expected, f"mode {mode}"
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
 CASES = [(name, fuse) for name in FAMILIES for fuse in (False, True)]
 
 
@@ -67,19 +87,8 @@ CASES = [(name, fuse) for name in FAMILIES for fuse in (False, True)]
                                        for n, f in CASES], ids=[f"{n}-{'fused' if f else 'per_node'}" for n, f in CASES])
 def test_greedy_tokens_equal_torchs_generate_with_the_cache(name, fuse, ported):
     model, lm = ported[name, fuse]
-    ids, mask = left_padded_prompt()
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
-    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
     modes = (ms.PYNATIVE_MODE,) if QUICK else (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
-    try:
-        for mode in modes:
-            ms.set_context(mode=mode)
-            for _ in range(2):  # a second generation reuses the cache: what the first left there must not matter
-                tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
-                                          generation_config=model.generation_config)
-                assert to_torch(tokens).tolist() == expected, f"mode {mode}"
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert_torchs_greedy_tokens(model, lm, modes, times=2, varied=True, generation_config=model.generation_config)
 
 
 def test_the_program_writes_the_cache_where_it_lives(ported):
@@ -127,18 +136,8 @@ def test_half_precision_model_generates_torchs_tokens_in_both_modes(dtype):
     in float16; the logits are widened on the host to choose the next token."""
     model = language_model("llama").to(dtype)
     lm = aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse=True)
-    ids, mask = left_padded_prompt()
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
-    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
-    try:
-        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
-            ms.set_context(mode=mode)
-            tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
-                                      generation_config=model.generation_config)
-            assert to_torch(tokens).tolist() == expected, f"mode {mode}"
-            assert lm.cell.key_cache_0.dtype == {torch.bfloat16: ms.bfloat16, torch.float16: ms.float16}[dtype]
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert_torchs_greedy_tokens(model, lm, varied=True, generation_config=model.generation_config)
+    assert lm.cell.key_cache_0.dtype == {torch.bfloat16: ms.bfloat16, torch.float16: ms.float16}[dtype]
 
 
 def test_end_tokens_stop_each_sequence_and_pad_it(ported):
@@ -248,16 +247,8 @@ def test_compiled_one_token_step_decodes_like_torch():
     from aot_ops._port.compiled import is_compiled
 
     model = language_model("qwen2")
-    ids, mask = left_padded_prompt()
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
     lm = aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse="compile")
-    try:
-        for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
-            ms.set_context(mode=mode)
-            tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS)
-            assert to_torch(tokens).tolist() == expected
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert_torchs_greedy_tokens(model, lm)
     program = lm.cell.mode_programs["eval"].program("inference")
     # compiled for the one-token step; the interpreted nodes are kept for the prompt's sizes
     assert is_compiled(program) and "program_nodes" in program.attrs
@@ -315,20 +306,9 @@ def test_a_block_of_greedy_steps_a_call_gives_torchs_tokens(blocks):
     the block cell holds the step cell's Parameters (one cache, one set of weights), and the torch module keeps its
     own tensors (share_weights=False)."""
     model, lm = blocks[True]
-    ids, mask = left_padded_prompt()
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
-    assert len(set(expected[0][6:])) > 3, "the decoding should not repeat one token"
     modes = (ms.PYNATIVE_MODE,) if QUICK else (ms.PYNATIVE_MODE, ms.GRAPH_MODE)
-    try:
-        with CountedCalls(lm) as counted:
-            for mode in modes:
-                ms.set_context(mode=mode)
-                for _ in range(2):
-                    tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS,
-                                              generation_config=model.generation_config)
-                    assert to_torch(tokens).tolist() == expected, f"mode {mode}"
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    with CountedCalls(lm) as counted:
+        assert_torchs_greedy_tokens(model, lm, modes, times=2, varied=True, generation_config=model.generation_config)
     assert counted.calls == 2 * 2 * len(modes)
     for key, parameter in lm.cell.parameters_dict().items():
         assert lm.block.parameters_dict()[key] is parameter, key
@@ -388,16 +368,8 @@ def test_a_compiled_block_gives_torchs_tokens(blocks):
     from aot_ops._port.compiled import is_compiled
 
     model, lm = blocks["compile"]
-    ids, mask = left_padded_prompt()
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
-    try:
-        with CountedCalls(lm) as counted:
-            for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
-                ms.set_context(mode=mode)
-                tokens = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=NEW_TOKENS)
-                assert to_torch(tokens).tolist() == expected
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+    with CountedCalls(lm) as counted:
+        assert_torchs_greedy_tokens(model, lm)
     assert counted.calls == 4
     # the package alone runs the block (no nodes to fall back on), the mask's width a dynamic size: the blocks above
     # attended to 7-11 positions

@@ -132,9 +132,8 @@ class _CachedSteps:
                             f"{length + max_new} positions, but the key/value cache of {lm.module_name} holds "
                             f"max_length={lm.max_length}; decode fewer tokens or port it with from_torch_lm(..., "
                             f"max_length={length + max_new})")
-        self.cell, self.length, self.written_part = lm.cell, length, lm.written_part
-        self.block = lm.block if blocks else None
-        self.block_size, self.max_length = lm.tokens_per_call, lm.max_length
+        self.cell, self.length = lm.cell, length
+        self.block, self.block_size = (lm.block if blocks else None), lm.tokens_per_call
         self.ahead: list[np.ndarray] = []  # tokens a block decoded, not yet handed out
         self.mask = np.zeros((batch, lm.max_length), np.int64)  # every cache position: 1 where attended
         self.mask[:, :length] = mask
@@ -143,8 +142,8 @@ class _CachedSteps:
         self._logits = self._run(ids, positions, np.arange(length))
 
     def _run(self, ids, positions, cache_positions, cell=None):
-        # the mask over the positions written, this call's included (the cell attends to those alone), or the cache
-        mask = self.mask[:, :cache_positions[-1] + 1] if self.written_part else self.mask
+        # the mask over the positions written, this call's included (the cell attends to those alone)
+        mask = self.mask[:, :cache_positions[-1] + 1]
         return (cell or self.cell)(ms.Tensor(ids, ms.int64), ms.Tensor(np.ascontiguousarray(mask), ms.int64),
                                    ms.Tensor(positions, ms.int64), ms.Tensor(cache_positions, ms.int64))
 
@@ -159,8 +158,8 @@ class _CachedSteps:
         """Feeds `tokens` (one per sequence), `remaining` more tokens to decode after them."""
         if self.ahead:  # the block that decoded them fed them
             return
-        block = self.block is not None and remaining >= self.block_size
-        fed = self.block_size if block and self.length + self.block_size <= self.max_length else 1
+        # (a block fits: generate checked that the prompt and every token fed fit in the cache)
+        fed = self.block_size if self.block is not None and remaining >= self.block_size else 1
         self.mask[:, self.length] = 1
         positions = self.next_position[:, None].copy()
         if fed == 1:

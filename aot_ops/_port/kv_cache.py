@@ -93,19 +93,18 @@ class StaticCacheLM(torch.nn.Module):
             self.register_buffer(f"key_cache_{k}", layer.keys, persistent=False)
             self.register_buffer(f"value_cache_{k}", layer.values, persistent=False)
 
-    tokens_per_call = 1  # greedy steps a call decodes (GreedyBlock: set while the block is exported)
+    tokens_per_call = 1  # greedy steps a call decodes (set by _port_block while the block is exported)
 
     def forward(self, input_ids, attention_mask, position_ids, cache_position):
         if self.tokens_per_call == 1:
             return self._step(input_ids, attention_mask, position_ids, cache_position)
-        # A block of greedy steps: each step's most likely token is the next step's input; the new positions are
-        # attended (the mask one column wider, or the cache's column set) and written where the last one was.
+        # A block of greedy steps (written_part: the mask covers the positions written): each step's most likely
+        # token is the next step's input, attended one column further and written after the last one.
         tokens = []
         for j in range(self.tokens_per_call):
             if j:
                 position_ids, cache_position = position_ids + 1, cache_position + 1
-                attention_mask = (torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1) if self.written_part
-                                  else attention_mask.index_fill(1, cache_position, 1))
+                attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
             input_ids = self._step(input_ids, attention_mask, position_ids, cache_position).argmax(-1, keepdim=True)
             tokens.append(input_ids)
         return torch.cat(tokens, 1)
@@ -165,7 +164,6 @@ class PortedLM:
     vocab_size: int
     generation_config: Any         # the model's, for the end and padding tokens
     module_name: str
-    written_part: bool = False     # the attention mask covers the positions written so far, not the whole cache
     block: Any = None              # a PortedCell decoding `tokens_per_call` greedy tokens a call, or None
     tokens_per_call: int = 1
 
@@ -215,16 +213,16 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     was_training = model.training
     model.eval()
     try:
-        written_part = True  # (StaticCacheLM's whole-cache mask remains for references computed in torch)
-        wrapper = StaticCacheLM(model, batch_size, max_length, written_part, plan_key).eval()
+        # attending to the positions written (the whole-cache mask of StaticCacheLM serves references in torch)
+        wrapper = StaticCacheLM(model, batch_size, max_length, written_part=True, plan_key=plan_key).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
     try:
-        example = _example(batch_size, max_length, written_part)
+        example = _example(batch_size, max_length)
         seq = torch.export.Dim("seq", min=1, max=max_length)
-        attended = torch.export.Dim("attended", min=1, max=max_length) if written_part else None
-        dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended} if written_part else None,
+        attended = torch.export.Dim("attended", min=1, max=max_length)
+        dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended},
                    "position_ids": {1: seq}, "cache_position": {0: seq}}
         cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
                     no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
@@ -237,26 +235,24 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
         model.train(was_training)
     vocab = model.config.get_text_config().vocab_size
     return PortedLM(cell, batch_size, max_length, vocab, getattr(model, "generation_config", None),
-                    type(model).__name__, written_part, block, tokens_per_call)
+                    type(model).__name__, block, tokens_per_call)
 
 
 def _port_block(wrapper: StaticCacheLM, step_cell, tokens: int, batch_size: int, max_length: int, *,
                 fuse: bool | str, jit: bool, plan_key: str | None):
     """The cell decoding `tokens` greedy steps a call (StaticCacheLM.forward's block): input the last token chosen,
     output the next `tokens` (int64, [batch, tokens]). It holds the step cell's Parameters, not copies: both read
-    and write one cache. With the written part attended, the mask is as wide as the positions written, this call's
-    first included; otherwise as wide as the cache."""
+    and write one cache. The mask is as wide as the positions written, this call's first included (the wrapper
+    attends to the written part)."""
     from . import port
 
-    width = 2 if wrapper.written_part else max_length  # a prompt token, and the token the block starts from
-    mask = torch.zeros(batch_size, width, dtype=torch.long)
-    mask[:, :2] = 1
-    example = {"input_ids": torch.zeros(batch_size, 1, dtype=torch.long), "attention_mask": mask,
+    # a prompt token, and the token the block starts from
+    example = {"input_ids": torch.zeros(batch_size, 1, dtype=torch.long),
+               "attention_mask": torch.ones(batch_size, 2, dtype=torch.long),
                "position_ids": torch.ones(batch_size, 1, dtype=torch.long), "cache_position": torch.ones(1, dtype=torch.long)}
-    dynamic = None
-    if wrapper.written_part:  # the block's last step attends to `tokens` - 1 positions more than its mask covers
-        attended = torch.export.Dim("attended", min=2, max=max_length - tokens + 1)
-        dynamic = {"input_ids": None, "attention_mask": {1: attended}, "position_ids": None, "cache_position": None}
+    # the block's last step attends to `tokens` - 1 positions more than its mask covers
+    attended = torch.export.Dim("attended", min=2, max=max_length - tokens + 1)
+    dynamic = {"input_ids": None, "attention_mask": {1: attended}, "position_ids": None, "cache_position": None}
     wrapper.tokens_per_call = tokens
     try:
         with _state_held_by(wrapper, step_cell):
@@ -305,12 +301,11 @@ def _one_token(batch_size: int) -> dict[str, tuple[int | None, ...]]:
             "cache_position": (1,)}
 
 
-def _example(batch_size: int, max_length: int, written_part: bool) -> dict[str, torch.Tensor]:
+def _example(batch_size: int, max_length: int) -> dict[str, torch.Tensor]:
     """Inputs of a prefill of two tokens (a size of 1 would be taken for a constant by torch.export), the mask
-    as wide as the positions written or the whole cache."""
+    as wide as the positions written."""
     length = min(2, max_length)
-    mask = torch.zeros(batch_size, length if written_part else max_length, dtype=torch.long)
-    mask[:, :length] = 1
-    return {"input_ids": torch.zeros(batch_size, length, dtype=torch.long), "attention_mask": mask,
+    return {"input_ids": torch.zeros(batch_size, length, dtype=torch.long),
+            "attention_mask": torch.ones(batch_size, length, dtype=torch.long),
             "position_ids": torch.arange(length).expand(batch_size, length).contiguous(),
             "cache_position": torch.arange(length)}

@@ -59,12 +59,17 @@ def written_in_place(graph: Graph, writes: list[tuple[str, str]], values: dict) 
     only where everything else reading what it overwrites, directly or through a view, runs before it."""
     position = {step.name: k for k, step in enumerate(graph.steps)}
     producers = {step.name: step for step in graph.steps if isinstance(step, Operator)}
+    readers: dict[str, list[Operator | Item]] = {}  # value name -> the steps reading it
+    for step in graph.steps:
+        for name in [step.of] if isinstance(step, Item) else step.inputs:
+            readers.setdefault(name, []).append(step)
+    outputs = set(graph.outputs)
     written_values = [value for _, value in writes]
     twins: dict[str, str] = {}
     for placeholder, value in writes:
         chain = _write_chain(placeholder, value, producers, values)
         if (chain is None or value in graph.outputs or written_values.count(value) != 1
-                or not all(_nothing_reads_after(graph, position, step) for step in chain)):
+                or not all(_nothing_reads_after(readers, position, outputs, step) for step in chain)):
             continue
         twins.update((step.name, in_place_twin(step.target)) for step in chain)
     if not twins:
@@ -92,20 +97,25 @@ def _write_chain(placeholder: str, value: str, producers: dict[str, Operator], v
     return chain
 
 
-def _nothing_reads_after(graph: Graph, position: dict[str, int], write: Operator) -> bool:
+def _nothing_reads_after(readers: dict[str, list], position: dict[str, int], outputs: set[str],
+                         write: Operator) -> bool:
     """Whether every other reader of what `write` overwrites (its first input, and views of it, followed through
     the operators whose schema says they return an alias) runs before `write` in the program's order, and none of
-    them is an output of the graph."""
-    aliases = {write.inputs[0]}
-    for step in graph.steps:
-        reads = [step.of] if isinstance(step, Item) else step.inputs
-        if step is write or not aliases.intersection(reads):
+    them is an output of the graph. `readers`: value name -> the steps reading it."""
+    aliases, pending = set(), [write.inputs[0]]
+    while pending:
+        name = pending.pop()
+        if name in aliases:
             continue
-        if position[step.name] > position[write.name] or step.name in graph.outputs:
-            return False
-        if isinstance(step, Item) or _returns_alias(step.target):
-            aliases.add(step.name)
-    return not aliases.intersection(graph.outputs)
+        aliases.add(name)
+        for step in readers.get(name, ()):
+            if step is write:
+                continue
+            if position[step.name] > position[write.name] or step.name in outputs:
+                return False
+            if isinstance(step, Item) or _returns_alias(step.target):
+                pending.append(step.name)
+    return not aliases.intersection(outputs)
 
 
 def _returns_alias(target: str) -> bool:

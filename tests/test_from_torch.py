@@ -680,6 +680,24 @@ def test_a_size_where_a_tensor_is_taken_is_a_number_known_at_run_time(mode, fuse
         assert torch.equal(to_torch(cell(to_ms(x), to_ms(offset))), model(x, offset))
 
 
+class LastRows(torch.nn.Module):
+    """The last len(rows) positions of another input's length (a mask's rows at the end of the keys): the slice
+    starts at -s0, the size expression "-1 d0.0 *", whose -1 is a value, not MindSpore's unknown dimension."""
+
+    def forward(self, rows, keys):
+        return torch.arange(keys.shape[0])[-rows.shape[0]:] * 2.0
+
+
+def test_a_negative_size_is_computed_at_run_time(mode, fuse):
+    model = LastRows()
+    sizes = ({0: torch.export.Dim("rows", min=1, max=32)}, {0: torch.export.Dim("keys", min=2, max=64)})
+    cell = aot_ops.from_torch(model, (torch.zeros(3), torch.zeros(9)), dynamic_shapes=sizes, fuse=fuse,
+                              evaluation_only=True)
+    for rows, keys in ((3, 9), (1, 9), (5, 17)):
+        inputs = torch.zeros(rows), torch.zeros(keys)
+        assert torch.equal(to_torch(cell(*(to_ms(t) for t in inputs))), model(*inputs))
+
+
 def test_other_shapes_are_refused_with_the_expected_shape(mode):
     cell = aot_ops.from_torch(ConcatNet(), (torch.randn(6, 12),))
     with pytest.raises(ValueError, match=r"ConcatNet was ported for input x of shape \(6, 12\); "

@@ -61,11 +61,16 @@ class SizeExpr {
   }
 
   // The value for these input shapes; kUnknownDim when it depends on a dimension MindSpore does not know yet.
+  // Unknown-ness travels beside each value: a constant -1 (`-s0` is "-1 d0.0 *") is a value, not kUnknownDim.
   int64_t evaluate(const std::vector<ms_ext::Shape> &inputs) const {
-    std::vector<int64_t> stack;
+    struct Value {
+      int64_t value;
+      bool known;
+    };
+    std::vector<Value> stack;
     for (const Step &s : steps_) {
       if (s.op == Op::Const) {
-        stack.push_back(s.value);
+        stack.push_back({s.value, true});
         continue;
       }
       if (s.op == Op::Dim) {
@@ -74,22 +79,23 @@ class SizeExpr {
                                       ", but the operator has " + std::to_string(inputs.size()) + " input(s)");
         const ms_ext::Shape &shape = inputs[s.input];
         if (shape.size() == 1 && shape[0] == ms_ext::kUnknownRank) {
-          stack.push_back(ms_ext::kUnknownDim);
+          stack.push_back({0, false});
           continue;
         }
         if (s.value >= static_cast<int64_t>(shape.size()))
           throw std::invalid_argument("size expression '" + text_ + "' reads dimension " + std::to_string(s.value) +
                                       " of input " + std::to_string(s.input) + ", which has rank " +
                                       std::to_string(shape.size()));
-        stack.push_back(shape[s.value]);
+        const int64_t dim = shape[s.value];
+        stack.push_back({dim, dim != ms_ext::kUnknownDim});
         continue;
       }
-      const int64_t b = stack.back();
+      const Value b = stack.back();
       stack.pop_back();
-      const int64_t a = stack.back();
-      stack.back() = (a == ms_ext::kUnknownDim || b == ms_ext::kUnknownDim) ? ms_ext::kUnknownDim : apply(s.op, a, b);
+      const Value a = stack.back();
+      stack.back() = (a.known && b.known) ? Value{apply(s.op, a.value, b.value), true} : Value{0, false};
     }
-    return stack.back();
+    return stack.back().known ? stack.back().value : ms_ext::kUnknownDim;
   }
 
   const std::string &text() const { return text_; }

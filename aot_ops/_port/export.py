@@ -37,6 +37,7 @@ from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
 from .functionalize import functionalize, retarget_devices
 from .functions import recorded_as_operators
+from .grouped_attention import attend_per_key_value_head
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
@@ -130,6 +131,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                     program = program.run_decompositions({})
             if backward:
                 _differentiable_copies(program)
+            else:
+                attend_per_key_value_head(program)
             return _decompose_refused(program)
     finally:
         model.train(was_training)

@@ -1,0 +1,153 @@
+"""Grouped-query attention without copying the keys and values once per query head.
+
+A transformers decoder with fewer key/value heads than query heads (Llama, Qwen2, Mistral, ...) calls `repeat_kv`
+before scaled_dot_product_attention when it is traced: its keys and values, the whole cache when decoding, are
+expanded to one copy per query head (`unsqueeze`, `expand`, `reshape`), a copy the size of the cache times the
+group per layer and per token, which dominates a decoding step at large batches and long caches. transformers' own
+eager decoding avoids it for a single query token (`pack_gqa`: the group's query heads become query rows of their
+key/value head), but only outside tracing.
+
+The same packing holds for any number of query positions: the query's heads (batch, kv_heads * group, q, dim) are
+regrouped as (batch, kv_heads, group * q, dim), each key/value head attends with all its group's rows at once, and
+the result is regrouped back. Each query row meets the same keys, values, scale and mask row as before; a mask
+shared by the heads is repeated over the group's rows (group * q * keys booleans or floats, small beside the
+keys and values). Not rewritten: causal attention without a mask (`is_causal=True` orders rows by position),
+dropout, an explicit `enable_gqa`, anything not exactly that repeat pattern. Only graphs that are never
+differentiated are rewritten (a training graph keeps the repeat: its gradients then follow torch's own).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch._guards
+from torch.export import ExportedProgram
+
+_aten = torch.ops.aten
+_SDPA = _aten.scaled_dot_product_attention.default
+
+
+def attend_per_key_value_head(program: ExportedProgram) -> int:
+    """Rewrites each attention over repeated keys and values to attend per key/value head; the number rewritten."""
+    graph = program.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is _SDPA and _rewrite(graph, node):
+            rewritten += 1
+    if rewritten:
+        graph.lint()
+        program.graph_module.recompile()
+    return rewritten
+
+
+def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:
+    args = _sdpa_arguments(sdpa)
+    if args is None:
+        return False
+    query, key, value, mask = args
+    keys, values = _repeated(key), _repeated(value)
+    if keys is None or values is None or keys[1] != values[1]:
+        return False
+    group_size = keys[1]
+    heads = _shape(query)[1]
+    if not isinstance(heads, int) or heads != _shape(keys[0])[1] * group_size:
+        return False
+    if mask is not None and not _groupable_mask(mask, heads):
+        return False
+    with graph.inserting_before(sdpa):
+        kv_heads = heads // group_size
+        rows = _call(graph, _aten.flatten.using_ints,
+                     _call(graph, _aten.unflatten.int, query, 1, [kv_heads, group_size]), 2, 3)
+        grouped_mask = None if mask is None else _grouped_mask(graph, mask, heads, kv_heads, group_size)
+        kwargs = {"attn_mask": grouped_mask, "scale": _scale(sdpa, query)}
+        attended = _call(graph, _SDPA, rows, keys[0], values[0], **kwargs)
+        regrouped = _call(graph, _aten.flatten.using_ints,
+                          _call(graph, _aten.unflatten.int, attended, 2, [group_size, -1]), 1, 2)
+    sdpa.replace_all_uses_with(regrouped)
+    graph.erase_node(sdpa)
+    for repeat in (key, value):
+        _erase_unused_chain(graph, repeat)
+    return True
+
+
+def _sdpa_arguments(sdpa: torch.fx.Node):
+    """(query, key, value, mask) of a call this rewrite keeps exact: no dropout, not causal, no enable_gqa."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    bound = dict(zip(names, sdpa.args)) | dict(sdpa.kwargs)
+    if bound.get("dropout_p", 0.0) != 0.0 or bound.get("is_causal", False) or bound.get("enable_gqa", False):
+        return None
+    query = bound["query"]
+    if len(_shape(query)) != 4:
+        return None
+    return query, bound["key"], bound["value"], bound.get("attn_mask")
+
+
+def _repeated(node) -> tuple[torch.fx.Node, int] | None:
+    """(the key/value heads, the group) where `node` is repeat_kv's copy: reshape(expand(unsqueeze(x, 2)))."""
+    if not _is_call(node, _aten.reshape.default, _aten.view.default, _aten._unsafe_view.default):
+        return None
+    expand = node.args[0]
+    if not _is_call(expand, _aten.expand.default):
+        return None
+    unsqueeze = expand.args[0]
+    if not _is_call(unsqueeze, _aten.unsqueeze.default) or unsqueeze.args[1] != 2:
+        return None
+    source = unsqueeze.args[0]
+    if len(_shape(expand)) != 5 or len(_shape(source)) != 4:
+        return None
+    batch, kv_heads, group, length, dim = _shape(expand)
+    if not isinstance(group, int) or not isinstance(kv_heads, int):
+        return None
+    if list(_shape(node)) != [batch, kv_heads * group, length, dim] or _shape(source)[1] != kv_heads:
+        return None
+    return source, group
+
+
+def _groupable_mask(mask, heads: int) -> bool:
+    shape = _shape(mask)
+    return len(shape) == 4 and shape[1] in (1, heads)
+
+
+def _grouped_mask(graph, mask, heads: int, kv_heads: int, group_size: int):
+    """The mask's rows in the order of the grouped query's: (batch, kv_heads or 1, group * q, keys)."""
+    if _shape(mask)[1] == heads:
+        per_head = _call(graph, _aten.unflatten.int, mask, 1, [kv_heads, group_size])
+    else:
+        per_head = _call(graph, _aten.expand.default, _call(graph, _aten.unsqueeze.default, mask, 2),
+                         [-1, -1, group_size, -1, -1])
+    return _call(graph, _aten.flatten.using_ints, per_head, 2, 3)
+
+
+def _scale(sdpa: torch.fx.Node, query) -> float:
+    """The call's scale, or the default it stood for (1/sqrt of the head size, the same after grouping)."""
+    given = sdpa.kwargs.get("scale", sdpa.args[6] if len(sdpa.args) > 6 else None)
+    return given if given is not None else _shape(query)[-1] ** -0.5
+
+
+def _call(graph: torch.fx.Graph, target, *args, **kwargs) -> torch.fx.Node:
+    """A node with its fake value (what the graph reader and later passes read), computed in the graph's mode."""
+    node = graph.call_function(target, args, kwargs)
+    values = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+    fake = torch._guards.detect_fake_mode(torch.utils._pytree.tree_leaves(values))
+    with fake or contextlib.nullcontext():
+        node.meta["val"] = target(*values[0], **values[1])
+    return node
+
+
+def _erase_unused_chain(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """repeat_kv's reshape, expand and unsqueeze, once nothing reads them."""
+    for _ in range(3):
+        if node.users or node.op != "call_function":
+            return
+        source = node.args[0]
+        graph.erase_node(node)
+        node = source
+
+
+def _is_call(node, *targets) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _shape(node) -> tuple:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else ()

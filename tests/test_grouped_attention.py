@@ -17,11 +17,17 @@ HEADS, KV_HEADS, DIM = 8, 2, 16
 class GroupedAttention(torch.nn.Module):
     """transformers' traced path: repeat_kv, then one attention over all query heads."""
 
-    def __init__(self, mask_heads: int | None, causal: bool = False):
+    def __init__(self, mask_heads: int | None, causal: bool = False, no_grad_region: bool = False):
         super().__init__()
-        self.mask_heads, self.causal = mask_heads, causal
+        self.mask_heads, self.causal, self.no_grad_region = mask_heads, causal, no_grad_region
 
     def forward(self, query, key, value):
+        if self.no_grad_region:  # exported through torch's functionalisation: repeat_kv's reshape a clone and a view
+            with torch.no_grad():
+                return self.attend(query, key, value)
+        return self.attend(query, key, value)
+
+    def attend(self, query, key, value):
         key = repeat_kv(key, HEADS // KV_HEADS)
         value = repeat_kv(value, HEADS // KV_HEADS)
         if self.mask_heads is None:
@@ -52,14 +58,16 @@ def _port(module, fuse):
 
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["per-node", "fused"])
-@pytest.mark.parametrize("mask_heads", [1, HEADS, None], ids=["shared-mask", "per-head-mask", "no-mask"])
-def test_grouped_attention_matches_torch_without_the_repeat(mask_heads, fuse):
-    module = GroupedAttention(mask_heads)
+@pytest.mark.parametrize("mask_heads,no_grad_region", [(1, False), (HEADS, False), (None, False), (1, True)],
+                         ids=["shared-mask", "per-head-mask", "no-mask", "shared-mask-functionalised"])
+def test_grouped_attention_matches_torch_without_the_repeat(mask_heads, no_grad_region, fuse):
+    module = GroupedAttention(mask_heads, no_grad_region=no_grad_region)
     cell = _port(module, fuse)
     if not fuse:  # the per-node source shows each operator: the keys and values are no longer expanded
         source = open(cell.source_file).read()
         assert source.count("aten::scaled_dot_product_attention") == 1
         assert source.count("aten::expand") == (1 if mask_heads == 1 else 0)  # the shared mask's rows only
+        assert "aten::clone" not in source and "aten::_unsafe_view" not in source
     for rows, keys in ((1, 9), (3, 9), (1, 40), (5, 17)):
         inputs = _inputs(rows, keys)
         expected = module(*inputs)

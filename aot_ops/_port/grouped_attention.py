@@ -83,10 +83,13 @@ def _sdpa_arguments(sdpa: torch.fx.Node):
 
 
 def _repeated(node) -> tuple[torch.fx.Node, int] | None:
-    """(the key/value heads, the group) where `node` is repeat_kv's copy: reshape(expand(unsqueeze(x, 2)))."""
+    """(the key/value heads, the group) where `node` is repeat_kv's copy: reshape(expand(unsqueeze(x, 2))), the
+    reshape as a functional graph writes it (clone, then _unsafe_view) or not."""
     if not _is_call(node, _aten.reshape.default, _aten.view.default, _aten._unsafe_view.default):
         return None
     expand = node.args[0]
+    if _is_call(expand, _aten.clone.default) and expand.kwargs.get("memory_format") in (None, torch.contiguous_format):
+        expand = expand.args[0]
     if not _is_call(expand, _aten.expand.default):
         return None
     unsqueeze = expand.args[0]
@@ -135,8 +138,8 @@ def _call(graph: torch.fx.Graph, target, *args, **kwargs) -> torch.fx.Node:
 
 
 def _erase_unused_chain(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
-    """repeat_kv's reshape, expand and unsqueeze, once nothing reads them."""
-    for _ in range(3):
+    """repeat_kv's reshape (and its clone), expand and unsqueeze, once nothing reads them."""
+    for _ in range(4):
         if node.users or node.op != "call_function":
             return
         source = node.args[0]

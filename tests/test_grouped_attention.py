@@ -101,3 +101,33 @@ def test_half_precision_keeps_the_repeat():
     cell = aot_ops.from_torch(module, inputs, evaluation_only=True)
     assert open(cell.source_file).read().count("aten::expand") == 2
     assert torch.equal(to_torch(cell(*(to_ms(t) for t in inputs))), module(*inputs))
+
+
+class PaddingMaskAttention(torch.nn.Module):
+    """A mask with one row for every query row (padding: the keys each sequence has), shared by the heads or per
+    head: the shared one serves the grouped rows as it is; a per-head one would need repeating per row."""
+
+    def __init__(self, per_head: bool):
+        super().__init__()
+        self.per_head = per_head
+
+    def forward(self, query, key, value):
+        key, value = repeat_kv(key, HEADS // KV_HEADS), repeat_kv(value, HEADS // KV_HEADS)
+        keys = torch.arange(key.shape[2])
+        padded = keys[None, :] >= torch.tensor([[key.shape[2] - 2], [key.shape[2]]])  # sequence 0: 2 padding keys
+        mask = torch.where(padded, torch.finfo(query.dtype).min, 0.0)[:, None, None, :]
+        if self.per_head:
+            mask = mask + torch.arange(HEADS, dtype=query.dtype)[None, :, None, None] * 0.01
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+
+
+@pytest.mark.parametrize("per_head", [False, True], ids=["shared", "per-head"])
+def test_a_mask_with_one_row_for_all_rows(per_head):
+    module = PaddingMaskAttention(per_head)
+    cell = _port(module, False)
+    source = open(cell.source_file).read()
+    assert source.count("aten::expand") == (2 if per_head else 0)  # per head: kept as traced
+    for rows, keys in ((1, 9), (3, 9), (5, 17)):
+        inputs = _inputs(rows, keys)
+        torch.testing.assert_close(to_torch(cell(*(to_ms(t) for t in inputs))), module(*inputs), rtol=1e-5,
+                                   atol=1e-5)

@@ -59,7 +59,7 @@ def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:
     heads = _shape(query)[1]
     if not isinstance(heads, int) or heads != _shape(keys[0])[1] * group_size:
         return False
-    if mask is not None and not _groupable_mask(mask, heads):
+    if mask is not None and not _groupable_mask(mask, heads, _shape(query)[2]):
         return False
     with graph.inserting_before(sdpa):
         kv_heads = heads // group_size
@@ -113,14 +113,20 @@ def _repeated(node) -> tuple[torch.fx.Node, int] | None:
     return source, group
 
 
-def _groupable_mask(mask, heads: int) -> bool:
+def _groupable_mask(mask, heads: int, rows) -> bool:
     shape = _shape(mask)
-    return len(shape) == 4 and shape[1] in (1, heads)
+    if len(shape) != 4 or shape[1] not in (1, heads):
+        return False
+    # a per-head mask with one row for several query rows (a padding mask) would need repeating per row: as traced
+    return not (shape[1] == heads and _is_one(shape[2]) and not _is_one(rows))
 
 
 def _grouped_mask(graph, mask, heads: int, kv_heads: int, group_size: int):
     """The mask's rows in the order of the grouped query's: (batch, kv_heads or 1, group * q, keys)."""
-    if _shape(mask)[1] == heads:
+    shape = _shape(mask)
+    if shape[1] == 1 and _is_one(shape[2]):
+        return mask  # one row for every row of every head (a padding mask): it broadcasts over the grouped rows too
+    if shape[1] == heads:
         per_head = _call(graph, _aten.unflatten.int, mask, 1, [kv_heads, group_size])
     else:
         per_head = _call(graph, _aten.expand.default, _call(graph, _aten.unsqueeze.default, mask, 2),
@@ -152,6 +158,11 @@ def _erase_unused_chain(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         source = node.args[0]
         graph.erase_node(node)
         node = source
+
+
+def _is_one(size) -> bool:
+    """A size that is 1 whatever the inputs (a symbolic size is not: it is asked of no shape environment)."""
+    return isinstance(size, int) and size == 1
 
 
 def _is_call(node, *targets) -> bool:

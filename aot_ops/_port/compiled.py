@@ -113,13 +113,12 @@ def compile_program(program: Program, source: GraphSource, sizes: dict | None = 
         raise ValueError(f"{name}: {len(source.inputs)} example inputs for {program.num_inputs} program inputs")
     if any(dtype is None for _shape, dtype in source.inputs):
         raise NotCompilable(f"{name}: an input of the graph is not a tensor")
-    dynamic = any(isinstance(n, torch.SymInt) for shape, _ in source.inputs for n in shape)
     shapes, free = _compiled_shapes([shape for shape, _ in source.inputs], sizes or {}, name)
     examples = tuple(torch.zeros(shape, dtype=dtype) for shape, (_, dtype) in zip(shapes, source.inputs))
     key = _key(source, examples, free)
     package = _package(key, name, source, examples, free)
     # with dynamic sizes the nodes stay for the sizes the package does not take
-    attrs = dict(program.attrs) if dynamic and len(free) < _symbol_count(source) else {
+    attrs = dict(program.attrs) if len(free) < _symbol_count(source) else {
         k: v for k, v in program.attrs.items() if k not in ("program_nodes", "program_num_nodes")}
     attrs["program_package"] = str(package)
     if source.writes:

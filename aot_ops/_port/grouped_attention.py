@@ -49,7 +49,7 @@ def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:
     args = _sdpa_arguments(sdpa)
     if args is None:
         return False
-    query, key, value, mask = args
+    query, key, value, mask, scale = args
     if query.meta["val"].dtype not in _EXACT_DTYPES:
         return False
     keys, values = _repeated(key), _repeated(value)
@@ -66,7 +66,7 @@ def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:
         rows = _call(graph, _aten.flatten.using_ints,
                      _call(graph, _aten.unflatten.int, query, 1, [kv_heads, group_size]), 2, 3)
         grouped_mask = None if mask is None else _grouped_mask(graph, mask, heads, kv_heads, group_size)
-        kwargs = {"attn_mask": grouped_mask, "scale": _scale(sdpa, query)}
+        kwargs = {"attn_mask": grouped_mask, "scale": scale}  # a default scale: 1/sqrt(head size), unchanged
         attended = _call(graph, _SDPA, rows, keys[0], values[0], **kwargs)
         regrouped = _call(graph, _aten.flatten.using_ints,
                           _call(graph, _aten.unflatten.int, attended, 2, [group_size, -1]), 1, 2)
@@ -78,7 +78,7 @@ def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:
 
 
 def _sdpa_arguments(sdpa: torch.fx.Node):
-    """(query, key, value, mask) of a call this rewrite keeps exact: no dropout, not causal, no enable_gqa."""
+    """(query, key, value, mask, scale) of a call this rewrite keeps exact: no dropout, not causal, no enable_gqa."""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     bound = dict(zip(names, sdpa.args)) | dict(sdpa.kwargs)
     if bound.get("dropout_p", 0.0) != 0.0 or bound.get("is_causal", False) or bound.get("enable_gqa", False):
@@ -86,7 +86,7 @@ def _sdpa_arguments(sdpa: torch.fx.Node):
     query = bound["query"]
     if len(_shape(query)) != 4:
         return None
-    return query, bound["key"], bound["value"], bound.get("attn_mask")
+    return query, bound["key"], bound["value"], bound.get("attn_mask"), bound.get("scale")
 
 
 def _repeated(node) -> tuple[torch.fx.Node, int] | None:
@@ -102,10 +102,10 @@ def _repeated(node) -> tuple[torch.fx.Node, int] | None:
     unsqueeze = expand.args[0]
     if not _is_call(unsqueeze, _aten.unsqueeze.default) or unsqueeze.args[1] != 2:
         return None
-    source = unsqueeze.args[0]
-    if len(_shape(expand)) != 5 or len(_shape(source)) != 4:
+    source, expanded = unsqueeze.args[0], _shape(expand)
+    if len(expanded) != 5 or len(_shape(source)) != 4:
         return None
-    batch, kv_heads, group, length, dim = _shape(expand)
+    batch, kv_heads, group, length, dim = expanded
     if not isinstance(group, int) or not isinstance(kv_heads, int):
         return None
     if list(_shape(node)) != [batch, kv_heads * group, length, dim] or _shape(source)[1] != kv_heads:
@@ -132,12 +132,6 @@ def _grouped_mask(graph, mask, heads: int, kv_heads: int, group_size: int):
         per_head = _call(graph, _aten.expand.default, _call(graph, _aten.unsqueeze.default, mask, 2),
                          [-1, -1, group_size, -1, -1])
     return _call(graph, _aten.flatten.using_ints, per_head, 2, 3)
-
-
-def _scale(sdpa: torch.fx.Node, query) -> float:
-    """The call's scale, or the default it stood for (1/sqrt of the head size, the same after grouping)."""
-    given = sdpa.kwargs.get("scale", sdpa.args[6] if len(sdpa.args) > 6 else None)
-    return given if given is not None else _shape(query)[-1] ** -0.5
 
 
 def _call(graph: torch.fx.Graph, target, *args, **kwargs) -> torch.fx.Node:

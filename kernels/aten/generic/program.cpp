@@ -126,15 +126,21 @@ struct CompiledBody {
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(attrs.get<std::string>("program_package"));
   }
 
+  // The range of size d of input i where the package takes it dynamic, nullptr where it was compiled for one size.
+  const DynamicSize *range_of(size_t i, size_t d) const {
+    const auto found = std::find_if(dynamic.begin(), dynamic.end(),
+                                    [&](const DynamicSize &s) { return s.input == i && s.dim == d; });
+    return found == dynamic.end() ? nullptr : &*found;
+  }
+
   // Whether input i has the shape the package takes: the compiled sizes, a dynamic size anywhere in its range.
   bool fits(size_t i, const at::Tensor &t) const {
     if (t.dim() != static_cast<int64_t>(shapes[i].size()) || t.scalar_type() != dtypes[i] || !t.is_contiguous())
       return false;
     for (size_t d = 0; d < shapes[i].size(); ++d) {
       const int64_t size = t.size(static_cast<int64_t>(d));
-      const auto range = std::find_if(dynamic.begin(), dynamic.end(),
-                                      [&](const DynamicSize &s) { return s.input == i && s.dim == d; });
-      if (range == dynamic.end() ? size != shapes[i][d] : size < range->min || (range->max >= 0 && size > range->max))
+      const DynamicSize *range = range_of(i, d);
+      if (range == nullptr ? size != shapes[i][d] : size < range->min || (range->max >= 0 && size > range->max))
         return false;
     }
     return true;
@@ -143,11 +149,10 @@ struct CompiledBody {
   std::string compiled_for(size_t i) const {
     std::string shape = "[";
     for (size_t d = 0; d < shapes[i].size(); ++d) {
-      const auto range = std::find_if(dynamic.begin(), dynamic.end(),
-                                      [&](const DynamicSize &s) { return s.input == i && s.dim == d; });
-      shape += (d ? ", " : "") + (range == dynamic.end() ? std::to_string(shapes[i][d])
-                                                          : std::to_string(range->min) + ".." +
-                                                                (range->max >= 0 ? std::to_string(range->max) : ""));
+      const DynamicSize *range = range_of(i, d);
+      shape += (d ? ", " : "") + (range == nullptr ? std::to_string(shapes[i][d])
+                                                   : std::to_string(range->min) + ".." +
+                                                         (range->max >= 0 ? std::to_string(range->max) : ""));
     }
     return std::string(c10::toString(dtypes[i])) + " of shape " + shape + "]";
   }

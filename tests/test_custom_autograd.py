@@ -430,3 +430,46 @@ def test_a_function_that_writes_its_input_in_place_is_refused_naming_it():
     with pytest.raises(aot_ops.PortError, match=r"DoubleInPlace \(.*test_custom_autograd.py:\d+\) modifies its "
                                                 r"input in place \(ctx.mark_dirty\)"):
         aot_ops.from_torch(_InPlaceFunction(), (torch.ones(3),))
+
+
+# --- the operators' lifetime ----------------------------------------------------------------------------------
+
+class _Rounded(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.scale = scale
+
+    def forward(self, x):
+        return RoundThrough.apply(self.linear(x), self.scale)
+
+
+def test_a_functions_operator_lives_as_long_as_the_ports_calling_it():
+    """Two ports applying a Function the same way share its operator; another scale is another operator; each is
+    removed from torch's dispatcher when the last cell calling it is freed, and a later port makes a new one."""
+    import gc
+
+    from aot_ops._port import functions
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    before = set(functions.live_operators())
+    models = [_Rounded(8.0), _Rounded(8.0), _Rounded(2.0)]
+    cells = [aot_ops.from_torch(models[0], (x,)), aot_ops.from_torch(models[1], (x,), fuse=True),
+             aot_ops.from_torch(models[2], (x,))]
+    made = set(functions.live_operators()) - before
+    assert len(made) == 2 and all(name.startswith("RoundThrough_") for name in made), made
+    del cells[2], cells[0]
+    gc.collect()
+    (shared,) = set(functions.live_operators()) - before
+    assert hasattr(torch.ops.aot_ops_fn, shared)
+    with torch.no_grad():
+        torch.testing.assert_close(to_torch(cells[0](to_ms(x))), models[1](x))  # the fused port still runs it
+    del cells[0]
+    gc.collect()
+    assert set(functions.live_operators()) == before
+    assert not hasattr(torch.ops.aot_ops_fn, shared)
+    again = aot_ops.from_torch(models[2], (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(to_torch(again(to_ms(x))), models[2](x))
+    assert len(set(functions.live_operators()) - before) == 1

@@ -165,6 +165,7 @@ class _Use:
     program: ExportedProgram | None  # torch.export's (None in a plan kept by plan_cache.py)
     graph: Graph              # read from it (graph.py)
     fused: Any = None         # with fuse: fused.FusedGraph, its programs
+    functions: tuple = ()     # functions.FunctionOperator: the user's Functions it calls, held by the cell
 
 
 @dataclass
@@ -198,11 +199,12 @@ def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_tr
     (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
     bfloat16 values read several times fanned out before it is read (fan_out.py)."""
     def use(training: bool) -> _Use:
-        program = export(model, inputs, dynamic_shapes, training=training, backward=no_training is None,
-                         rewrite_in_place=bool(fuse) or no_training is not None)
+        exported = export(model, inputs, dynamic_shapes, training=training, backward=no_training is None,
+                          rewrite_in_place=bool(fuse) or no_training is not None)
+        program = exported.program
         if training and not fuse:
             plan.half_gradients_fanned_out = fan_out_half_gradients(program, trainable, input_grads) > 0
-        return _Use(program, read(program, graph_shapes=fuse))
+        return _Use(program, read(program, graph_shapes=fuse), functions=exported.functions)
 
     plan = _Plan({}, no_training, backward=no_training is None)
     plan.uses[Mode.EVAL] = use(False)
@@ -283,7 +285,8 @@ def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, backward: bool
         inputs=first.inputs, out_spec=first.out_spec, training=model.training and backward,
         no_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
-        fused=fused, compile_on_first_use=fuse == "compile", jit=jit)
+        fused=fused, compile_on_first_use=fuse == "compile", jit=jit,
+        functions=tuple({f for use in plan.uses.values() for f in use.functions}))
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell

@@ -61,6 +61,7 @@ class PortSpec:
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
     compile_on_first_use: bool = False          # fuse="compile": each mode's programs compiled when it first runs
     jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
+    functions: tuple = ()                      # functions.FunctionOperator the graphs call: they live as the cell
 
 
 class StateWrite(nn.Cell):

@@ -36,7 +36,7 @@ from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
 from .functionalize import functionalize, retarget_devices
-from .functions import recorded_as_operators
+from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
@@ -105,8 +105,17 @@ class Inputs:
     fixed_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Exported:
+    """An export: the graph, and the operators standing for the user's Functions it calls (functions.py), which
+    exist while the port holds them."""
+
+    program: ExportedProgram
+    functions: tuple[FunctionOperator, ...] = ()
+
+
 def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
-           backward: bool = True, rewrite_in_place: bool = False) -> ExportedProgram:
+           backward: bool = True, rewrite_in_place: bool = False) -> Exported:
     """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `backward=False`:
     the graph will never be differentiated (a user's autograd.Function keeps its forward's operators).
     `rewrite_in_place`: the training-level graph is made functional by rewriting its in-place calls
@@ -117,8 +126,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            functions = recorded_as_operators() if backward else contextlib.nullcontext()
-            with _explained("torch.export could not trace the module"), functions, \
+            recording = recorded_as_operators() if backward else contextlib.nullcontext(())
+            with _explained("torch.export could not trace the module"), recording as functions, \
                     _fixed_keywords(model, inputs.fixed_kwargs):
                 program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
                                               dynamic_shapes=dynamic_shapes)
@@ -133,7 +142,7 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
                 _differentiable_copies(program)
             else:
                 attend_per_key_value_head(program)
-            return _decompose_refused(program)
+            return Exported(_decompose_refused(program), tuple(functions))
     finally:
         model.train(was_training)
 

@@ -16,8 +16,11 @@ fuse=True, whose backward graph then holds the ATen operators of the user's back
 replayed by a twin operator, `<name>_replay`). Non-tensor arguments (a scale, a dim) are fixed per application,
 as torch.export fixes them; the operator takes the tensors.
 
-Operators live as long as the process (torch.library cannot remove one): one per Function and set of fixed
-arguments, reused when the same application is exported again.
+Each operator pair (the application and its replay) is defined in a torch.library.Library of its own, a
+`FunctionOperator` that the ports calling it hold (an export collects the ones it recorded, the cell keeps them):
+one per Function and set of fixed arguments, shared by the ports that apply it the same way, and removed from
+torch's dispatcher (the Library's finalizer) when the last of them is freed. Its name is numbered per process,
+never reused.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import inspect
 import itertools
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,12 +38,10 @@ import torch
 import torch._guards
 
 NAMESPACE = "aot_ops_fn"
-_library = torch.library.Library(NAMESPACE, "FRAGMENT")
 _lock = threading.Lock()
 _counter = itertools.count()
-_by_key: dict[tuple, str] = {}   # (Function class, fixed arguments, tensor count) -> operator name
-_applications: dict[str, "Application"] = {}
-_returns_tuple: dict[str, bool] = {}  # per operator: whether the forward returned a tuple (known once it ran)
+# (Function class, fixed arguments) -> its operator, while a port holds it
+_by_key: weakref.WeakValueDictionary[tuple, "FunctionOperator"] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
@@ -181,24 +183,30 @@ def _no_collection_off_the_main_thread():
                 gc.enable()
 
 
-def _kernel(name: str) -> Callable:
+class _Outcome:
+    """What an operator's kernel learnt when it ran: whether the Function's forward returned a tuple (apply then
+    returns one). Kept apart from FunctionOperator: the kernels torch's dispatcher holds must not reach the
+    Library that holds them, a cycle through C++ the collector cannot see."""
+
+    returns_tuple = False
+
+
+def _kernel(app: Application, outcome: _Outcome) -> Callable:
     @_no_collection_off_the_main_thread()
     def kernel(*tensors):
-        app = _applications[name]
         _ctx, output = _forward(app, tensors, (False,) * len(app.template))
-        _returns_tuple[name] = isinstance(output, (tuple, list))
+        outcome.returns_tuple = isinstance(output, (tuple, list))
         return _flat_outputs(app, output, tensors)
     return kernel
 
 
-def _replay_kernel(name: str) -> Callable:
+def _replay_kernel(app: Application) -> Callable:
     """The forward run again for a traced backward: its outputs, then the tensors it saved (a None saved is left
     out; the layout is kept with the ctx). Being an operator, its fake implementation runs the forward under fake
     tensors alone, as torch.export did, not under AOTAutograd's tracing modes (where a constant the forward makes,
     torch.tensor(finfo.min), cannot be traced)."""
     @_no_collection_off_the_main_thread()
     def replay(*tensors):
-        app = _applications[name]
         ctx, output = _forward(app, tensors, (True,) * len(app.template))
         outputs = list(output) if isinstance(output, (tuple, list)) else [output]
         saved = [t for t in ctx.saved_tensors if t is not None]
@@ -225,10 +233,9 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _backward(name: str) -> Callable:
+def _backward(app: Application, name: str) -> Callable:
     @_no_collection_off_the_main_thread()
     def backward(ctx, grads):
-        app = _applications[name]
         tensors = ctx.saved_tensors
         needs = _tensor_needs(app, ctx.needs_input_grad)
         if torch._guards.detect_fake_mode(list(tensors) + list(grads)) is not None:
@@ -269,7 +276,22 @@ def _fixed(value) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def operator_for(function: type, args: tuple) -> tuple[Callable, list[torch.Tensor]]:
+class FunctionOperator:
+    """The operator standing for one application of a Function, and its replay, defined in a Library of its own:
+    their registrations last as long as this object (the ports calling them hold it)."""
+
+    def __init__(self, app: Application, num_tensors: int):
+        self.name = f"{re.sub(r'[^A-Za-z0-9_]', '_', app.function.__qualname__)}_{next(_counter)}"
+        self.outcome = _Outcome()
+        self._library = torch.library.Library(NAMESPACE, "FRAGMENT")
+        _register(self._library, self.name, app, num_tensors, self.outcome)
+
+    @property
+    def overload(self) -> torch._ops.OpOverload:
+        return getattr(getattr(torch.ops, NAMESPACE), self.name).default
+
+
+def operator_for(function: type, args: tuple) -> tuple[FunctionOperator, list[torch.Tensor]]:
     """The operator standing for `function.apply(*args)`, and the tensors to call it with."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     template = tuple(_TENSOR if isinstance(a, torch.Tensor) else a for a in args)
@@ -281,28 +303,32 @@ def operator_for(function: type, args: tuple) -> tuple[Callable, list[torch.Tens
                         f"{exc} argument; only tensors and plain values (numbers, strings, lists, dtypes) can be "
                         "ported") from None
     with _lock:
-        name = _by_key.get(key)
-        if name is None:
-            name = f"{re.sub(r'[^A-Za-z0-9_]', '_', function.__qualname__)}_{next(_counter)}"
-            _register(name, len(tensors))
-            _by_key[key] = name
-        _applications[name] = Application(function, template)
-    return getattr(getattr(torch.ops, NAMESPACE), name).default, tensors
+        operator = _by_key.get(key)
+        if operator is None:
+            operator = _by_key[key] = FunctionOperator(Application(function, template), len(tensors))
+    return operator, tensors
 
 
-def _register(name: str, num_tensors: int) -> None:
+def live_operators() -> list[str]:
+    """The names of the Function operators that ports hold now (torch.ops.aot_ops_fn.<name>)."""
+    with _lock:
+        return sorted(operator.name for operator in _by_key.values())
+
+
+def _register(library: torch.library.Library, name: str, app: Application, num_tensors: int,
+              outcome: _Outcome) -> None:
     params = ", ".join(f"Tensor t{k}" for k in range(num_tensors))
-    _library.define(f"{name}({params}) -> Tensor[]")
     qualified = f"{NAMESPACE}::{name}"
-    _library.impl(name, _kernel(name), "CompositeExplicitAutograd")
-    torch.library.register_fake(qualified, _kernel(name), lib=_library)
-    _library.define(f"{name}_replay({params}) -> Tensor[]")
-    _library.impl(f"{name}_replay", _replay_kernel(name), "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{qualified}_replay", _replay_kernel(name), lib=_library)
-    torch.library.register_autograd(qualified, _backward(name), setup_context=_setup_context, lib=_library)
+    library.define(f"{name}({params}) -> Tensor[]")
+    library.impl(name, _kernel(app, outcome), "CompositeExplicitAutograd")
+    torch.library.register_fake(qualified, _kernel(app, outcome), lib=library)
+    library.define(f"{name}_replay({params}) -> Tensor[]")
+    library.impl(f"{name}_replay", _replay_kernel(app), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{qualified}_replay", _replay_kernel(app), lib=library)
+    torch.library.register_autograd(qualified, _backward(app, name), setup_context=_setup_context, lib=library)
 
 
-_recording = threading.local()  # per thread: how many exports in it record Functions now
+_recording = threading.local()  # per thread: the operators each export under way in it recorded (innermost last)
 _patch_lock = threading.Lock()
 _patch_users = 0  # exports recording now, in all threads: Function.apply stays patched while any does
 _original_apply = None
@@ -311,18 +337,21 @@ _original_apply = None
 @contextlib.contextmanager
 def recorded_as_operators():
     """For the duration of an export: each application of a user's Function in this thread records a call of its
-    operator. Function.apply is patched while any thread exports; other threads' applications run torch's own."""
+    operator; yields the list of the operators recorded, which the port keeps (they exist while it holds them).
+    Function.apply is patched while any thread exports; other threads' applications run torch's own."""
     global _patch_users, _original_apply
     with _patch_lock:
         if _patch_users == 0:
             _original_apply = torch.autograd.Function.__dict__["apply"]
             torch.autograd.Function.apply = classmethod(_apply_recording(_original_apply))
         _patch_users += 1
-    _recording.depth = getattr(_recording, "depth", 0) + 1
+    recorded: list[FunctionOperator] = []
+    exports = _recording.__dict__.setdefault("exports", [])
+    exports.append(recorded)
     try:
-        yield
+        yield recorded
     finally:
-        _recording.depth -= 1
+        exports.pop()
         with _patch_lock:
             _patch_users -= 1
             if _patch_users == 0:
@@ -331,16 +360,19 @@ def recorded_as_operators():
 
 def _apply_recording(original):
     def apply(cls, *args, **kwargs):
-        if not getattr(_recording, "depth", 0) or not is_users(cls):
+        exports = getattr(_recording, "exports", None)
+        if not exports or not is_users(cls):
             # bound as torch binds it: a classmethod, or (torch 2.14) a C classmethod_descriptor
             return original.__get__(None, cls)(*args, **kwargs)
         if kwargs:
             from .errors import PortError
             raise PortError(f"{cls.__qualname__}{where(cls)}: a torch.autograd.Function applied with keyword "
                             "arguments cannot be ported; pass them positionally")
-        op, tensors = operator_for(cls, args)
-        outputs = op(*tensors)
-        return tuple(outputs) if _returns_tuple[op._schema.name.split("::", 1)[1]] else outputs[0]
+        operator, tensors = operator_for(cls, args)
+        if operator not in exports[-1]:
+            exports[-1].append(operator)
+        outputs = operator.overload(*tensors)
+        return tuple(outputs) if operator.outcome.returns_tuple else outputs[0]
 
     return apply
 

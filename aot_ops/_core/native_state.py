@@ -2,6 +2,7 @@
 number of live per-kernel states."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .._native.opener import open_library
@@ -10,6 +11,15 @@ from .._native.opener import open_library
 def _handle(library: str):
     # the same copy MindSpore loaded (dlopen returns it for the same path)
     return open_library(library)
+
+
+@functools.cache
+def _bundled():
+    """The bundled ATen library's handle, found and checked (bundled.library_path) once: the process keeps the copy
+    it loaded first whatever later happens to the file, and the port asks it for every node of a graph."""
+    from .._build.bundled import library_path
+
+    return _handle(str(library_path()))
 
 
 def last_error(library: str | Path, any_thread: bool = True) -> str:
@@ -32,25 +42,19 @@ def live_kernel_states(library: str | Path) -> int:
 def aten_launches() -> tuple[int, int]:
     """(forward, backward) launches of the generic ATen entry points of the bundled library so far: how many
     bridged calls a network makes (take the difference around a training step)."""
-    from .._build.bundled import library_path
-
-    lib = _handle(str(library_path()))
+    lib = _bundled()
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
 
 
 def program_launches() -> int:
     """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far."""
-    from .._build.bundled import library_path
-
-    return int(_handle(str(library_path())).aot_ops_program_launches())
+    return int(_bundled().aot_ops_program_launches())
 
 
 def program_seconds() -> float:
     """Wall time spent inside launches of the program entry so far: the ATen work of fused graphs. A step's time
     minus this is what MindSpore's framework around the two calls costs."""
-    from .._build.bundled import library_path
-
-    return _handle(str(library_path())).aot_ops_program_nanoseconds() * 1e-9
+    return _bundled().aot_ops_program_nanoseconds() * 1e-9
 
 
 def program_counts() -> dict[str, int]:
@@ -58,9 +62,7 @@ def program_counts() -> dict[str, int]:
     `held`, the program keys held by live Program objects (a ported cell's programs); `alive`, the parsed programs
     in memory (held, or used by a kernel MindSpore still has); `entries`, the registry's entries (keys held or
     alive); `parses`, the programs parsed so far in this process."""
-    from .._build.bundled import library_path
-
-    lib = _handle(str(library_path()))
+    lib = _bundled()
     return {"held": int(lib.aot_ops_programs_held()), "alive": int(lib.aot_ops_programs_alive()),
             "entries": int(lib.aot_ops_program_entries()), "parses": int(lib.aot_ops_program_parses())}
 
@@ -73,10 +75,9 @@ def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
     policy and the call rules are the kernel's own (kernels/aten/generic/aten_plan.h)."""
     import ctypes
 
-    from .._build.bundled import library_path
     from .packed_attrs import pack
 
-    lib = _handle(str(library_path()))
+    lib = _bundled()
     dtypes = None if input_dtypes is None else ",".join(d or "" for d in input_dtypes).encode()
     checks = ctypes.c_int(0)
     why = lib.aot_ops_aten_call_refusal(pack(attrs).encode(), dtypes, int(allow_factories), ctypes.byref(checks))
@@ -86,7 +87,5 @@ def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
 def aten_refusal(qualified_name: str, allow_factories: bool = False) -> str:
     """Why the generic ATen entry refuses an operator ("aten::add_.Tensor"), "" when it runs it: the policy is the
     kernel's own (kernels/aten/generic/aten_op.cpp), asked before an operator is made."""
-    from .._build.bundled import library_path
-
-    lib = _handle(str(library_path()))
+    lib = _bundled()
     return lib.aot_ops_aten_refusal(qualified_name.encode(), int(allow_factories)).decode("utf-8", "replace")

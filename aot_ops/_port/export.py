@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch._guards
 from torch.export import ExportedProgram
 
 from .._core import native_state as _runtime
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
+from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
@@ -223,8 +223,7 @@ def _differentiable_copies(program: ExportedProgram) -> None:
     for node in copies:
         dest, src = node.args[0], node.args[1]
         dest_val, src_val = dest.meta["val"], src.meta["val"]
-        fake = torch._guards.detect_fake_mode([dest_val, src_val]) or contextlib.nullcontext()
-        with graph.inserting_before(node), fake:
+        with graph.inserting_before(node), mode_of([dest_val, src_val]):
             value = src
             if src_val.dtype != dest_val.dtype:
                 value = graph.call_function(torch.ops.aten._to_copy.default, (src,), {"dtype": dest_val.dtype})

@@ -13,7 +13,6 @@ the programs compute every size from tensor shapes at run time (graph.read_modul
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +24,7 @@ from .._aten.sizes import from_sympy
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource
 from .errors import PortError, raised_by_aot_ops
+from .fake import mode_of
 from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
 from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
@@ -133,7 +133,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
     try:
-        with torch.fx.traceback.preserve_node_meta(), _fake_mode(flat):
+        with torch.fx.traceback.preserve_node_meta(), mode_of(flat):
             outs = compiled(*flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             differentiable = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -363,7 +363,7 @@ def _flat_inputs(program: ExportedProgram, trainable: set[str], input_grads: boo
     and, with `input_grads`, floating user inputs require gradients (MindSpore may ask for either)."""
     examples = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
     flat = []
-    with _fake_mode(examples):
+    with mode_of(examples):
         for spec, example in zip(program.graph_signature.input_specs, examples):
             value = example.detach().clone()
             wants_grad = (spec.target in trainable if spec.kind == InputKind.PARAMETER else
@@ -371,12 +371,6 @@ def _flat_inputs(program: ExportedProgram, trainable: set[str], input_grads: boo
                           and (value.is_floating_point() or value.is_complex()))
             flat.append(value.requires_grad_(True) if wants_grad else value)
     return flat
-
-
-def _fake_mode(values):
-    from torch._guards import detect_fake_mode
-
-    return detect_fake_mode(values) or contextlib.nullcontext()
 
 
 def _examples(nodes: dict, placeholders: list[str], constants: dict[str, torch.Tensor]) -> list:

@@ -18,11 +18,10 @@ torch's own).
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
-import torch._guards
 from torch.export import ExportedProgram
+
+from .fake import mode_of
 
 _aten = torch.ops.aten
 _SDPA = _aten.scaled_dot_product_attention.default
@@ -138,8 +137,7 @@ def _call(graph: torch.fx.Graph, target, *args, **kwargs) -> torch.fx.Node:
     """A node with its fake value (what the graph reader and later passes read), computed in the graph's mode."""
     node = graph.call_function(target, args, kwargs)
     values = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
-    fake = torch._guards.detect_fake_mode(torch.utils._pytree.tree_leaves(values))
-    with fake or contextlib.nullcontext():
+    with mode_of(values):
         node.meta["val"] = target(*values[0], **values[1])
     return node
 

@@ -243,7 +243,7 @@ def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written, 
         for _ in range(3):  # the counter advances on both sides
             torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x), rtol=1e-5, atol=1e-6)
     assert float(cell.torch_state_dict()["calls"]) == float(model.calls) == 3.0
-    exported = export(model, Inputs((x,)), None, training=False, backward=False)  # either way: functional
+    exported = export(model, Inputs((x,)), None, training=False, backward=False).program  # either way: functional
     assert not any(n.target._schema.is_mutable for n in exported.graph.nodes
                    if isinstance(n.target, torch._ops.OpOverload))
     assert [s.target for s in exported.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"] == ["calls"]

@@ -46,6 +46,7 @@ from .._build import cache, private
 from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
+from .._core.primitive import CALL_LOCK
 from ..errors import Error
 from .errors import raised_by_aot_ops
 from .program import Program, with_key
@@ -317,8 +318,9 @@ def _compile(folder: Path, name: str, source: GraphSource, examples: tuple, free
     start = time.monotonic()
     with progress(f"{name} with AOTInductor", show_after=0.0, every=10.0), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations inside export and Inductor
-        exported = torch.export.export(_Program(source), examples, dynamic_shapes=_dynamic_shapes(examples, free),
-                                       strict=False)
+        with CALL_LOCK:  # no aot_ops call in another thread while the process is marked exporting (export.py)
+            exported = torch.export.export(_Program(source), examples,
+                                           dynamic_shapes=_dynamic_shapes(examples, free), strict=False)
         with tempfile.TemporaryDirectory(prefix="aoti_", dir=folder.parent) as scratch:
             archive = Path(scratch) / "model.pt2"
             with _quiet_inductor():

@@ -31,6 +31,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .._core import native_state as _runtime
+from .._core.primitive import CALL_LOCK
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
@@ -124,7 +125,11 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
     was_training = model.training
     model.train(training)
     try:
-        with warnings.catch_warnings():
+        # No call of aot_ops runs in another thread meanwhile: torch.export marks the whole process as exporting
+        # (torch.compiler.is_exporting() is not per thread), and torch code another thread runs then edits the same
+        # module-global node meta (torch.fx.traceback) as the export: a ported cell's inference in fake mode raced
+        # it (KeyError 'custom', 1 run in 12 of tests/test_threads.py's ports beside calls).
+        with CALL_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
             recording = recorded_as_operators() if backward else contextlib.nullcontext(())
             with _explained("torch.export could not trace the module"), recording as functions, \

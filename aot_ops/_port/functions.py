@@ -31,7 +31,7 @@ import itertools
 import re
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -50,10 +50,13 @@ class Application:
 
     function: type
     template: tuple           # the positional arguments, a tensor's place holding _TENSOR
+    label: str = field(init=False, compare=False)  # the Function and where it is defined, for errors
 
-    @property
-    def label(self) -> str:
-        return f"{self.function.__qualname__}{where(self.function)}"
+    def __post_init__(self):
+        # Found once, by the exporting thread: inspect parses the Function's source file, and the kernels run on
+        # MindSpore's threads while other threads may parse too, which CPython 3.11 cannot do at once (its AST
+        # builder's recursion counter is shared: "SystemError: AST constructor recursion depth mismatch").
+        object.__setattr__(self, "label", f"{self.function.__qualname__}{where(self.function)}")
 
     def arguments(self, tensors) -> list:
         values = iter(tensors)

@@ -108,3 +108,59 @@ def test_every_operator_is_made_through_an_operator_definition():
                 if name == "AotOp":
                     makers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert makers and all(m.startswith("aot_ops/_core/opdef.py:") for m in makers), makers
+
+
+# torch APIs whose name has an underscore but which torch documents as public
+_PUBLIC_UNDERSCORED = {"torch._check"}
+_SHIMS = {"aot_ops/_core/torch_private.py", "aot_ops/_core/mindspore_private.py"}
+
+
+def _private_names(tree) -> list[tuple[int, str]]:
+    """(line, dotted name) of every torch or MindSpore name with a private part that the module reads or imports."""
+    import ast
+
+    def dotted(node):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+    def private(name: str) -> bool:
+        parts = name.split(".")
+        if parts[0] not in ("torch", "mindspore") or name in _PUBLIC_UNDERSCORED or parts[:2] == ["torch", "ops"]:
+            return False  # (operators such as torch.ops.aten._to_copy are named by their schema, not private API)
+        return any(p.startswith("_") and not p.endswith("__") for p in parts[1:])
+
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "parent", None), ast.Attribute):
+            names = [dotted(node)]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        found += [(node.lineno, n) for n in names if n and private(n)]
+    return found
+
+
+def test_private_torch_and_mindspore_names_are_used_in_the_shims_alone():
+    """Every private torch or MindSpore name aot_ops relies on is reached through _core/torch_private.py or
+    _core/mindspore_private.py, which say what breaks without each: an upgrade that moves one breaks those two
+    modules, not code spread over the package."""
+    import ast
+
+    outside = []
+    for path in sorted((REPO / "aot_ops").rglob("*.py")):
+        relative = str(path.relative_to(REPO))
+        if relative in _SHIMS:
+            continue
+        tree = ast.parse(path.read_text(), relative)
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                child.parent = node
+        outside += [f"{relative}:{line} {name}" for line, name in _private_names(tree)]
+    assert not outside, outside
+    shim = ast.parse((REPO / "aot_ops/_core/torch_private.py").read_text())
+    assert any(name.startswith("torch._") for _line, name in _private_names(shim))  # the scan sees them there

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .._core.torch_private import OpOverload, OpOverloadPacket, overload_names
 from .argtypes import arg_type, real_type
 
 
@@ -15,7 +16,7 @@ from .argtypes import arg_type, real_type
 class BoundCall:
     """An overload and one value per schema argument (defaults filled in), in schema order."""
 
-    overload: torch._ops.OpOverload
+    overload: OpOverload
     values: tuple
 
     @property
@@ -28,7 +29,7 @@ class BoundCall:
         return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
 
 
-def bind(overload: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any],
+def bind(overload: OpOverload, args: Sequence[Any], kwargs: dict[str, Any],
          wrapped_numbers: bool = True) -> BoundCall:
     """Binds like Python binds a call: positional, then keywords, then defaults; TypeError when it does not fit.
     `wrapped_numbers=False` refuses Python numbers for tensor arguments (overload resolution tries that first)."""
@@ -75,14 +76,14 @@ def _reduction(text: str) -> int:
         raise TypeError(f"argument 'reduction' must be one of {sorted(_REDUCTIONS)}, not '{text}'") from None
 
 
-def describe_schema(packet: torch._ops.OpOverloadPacket) -> str:
+def describe_schema(packet: OpOverloadPacket) -> str:
     return "\n".join(f"  {getattr(packet, name)._schema}" for name in functional_overloads(packet))
 
 
 @functools.lru_cache(maxsize=None)
-def functional_overloads(packet: torch._ops.OpOverloadPacket) -> tuple[str, ...]:
+def functional_overloads(packet: OpOverloadPacket) -> tuple[str, ...]:
     """Overload names in torch's resolution order, without in-place and out= variants."""
-    order = [s.overload_name for s in torch._C._jit_get_schemas_for_operator(packet._qualified_op_name)]
+    order = overload_names(packet)
     names = [n or "default" for n in order]
     return tuple(n for n in names if n in packet.overloads() and not getattr(packet, n)._schema.is_mutable)
 
@@ -101,7 +102,7 @@ def _split_name(name: str) -> tuple[str, str, str | None]:
     return match.group(1) or "aten", match.group(2), match.group(3)
 
 
-def packet_for(name: str, given: str | None = None) -> torch._ops.OpOverloadPacket:
+def packet_for(name: str, given: str | None = None) -> OpOverloadPacket:
     """`leaky_relu`, `aten::leaky_relu` -> torch.ops.aten.leaky_relu; `mylib::gmm` -> torch.ops.mylib.gmm, an
     operator registered with torch.library (AttributeError with a clear text, quoting `given`: the name as the
     user wrote it)."""
@@ -111,14 +112,14 @@ def packet_for(name: str, given: str | None = None) -> torch._ops.OpOverloadPack
         packet = getattr(getattr(torch.ops, namespace), short)
     except (AttributeError, RuntimeError):
         packet = None
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
+    if not isinstance(packet, OpOverloadPacket):
         origin = "" if given in (short, f"{namespace}::{short}") else f" (read from {given!r})"
         what = "ATen operator" if namespace == "aten" else "operator (none is registered with torch.library)"
         raise AttributeError(f"unknown {what} '{namespace}::{short}'{origin}")
     return packet
 
 
-def with_open_tensors(overload: torch._ops.OpOverload, fixed: dict[str, Any]) -> dict[str, Any]:
+def with_open_tensors(overload: OpOverload, fixed: dict[str, Any]) -> dict[str, Any]:
     """`fixed` plus the call-time placeholder (argtypes) of every argument not fixed that takes tensors: what
     aten.op binds, leaving those arguments to be given when the operator is called."""
     args = dict(fixed)
@@ -131,20 +132,20 @@ def with_open_tensors(overload: torch._ops.OpOverload, fixed: dict[str, Any]) ->
     return args
 
 
-def overload_for(name: str) -> torch._ops.OpOverload | None:
+def overload_for(name: str) -> OpOverload | None:
     """`aten::add.Tensor` -> that overload; `aten::add` -> None (to be resolved from the arguments)."""
     namespace, op_name, overload_name = _split_name(name)
     if overload_name is None:
         return None
     packet = packet_for(f"{namespace}::{op_name}", given=name)
     overload = getattr(packet, overload_name, None) if overload_name in packet.overloads() else None
-    if not isinstance(overload, torch._ops.OpOverload):
+    if not isinstance(overload, OpOverload):
         raise AttributeError(f"{namespace}::{op_name} has no overload '{overload_name}'; its overloads are:\n"
                              f"{describe_schema(packet)}")
     return overload
 
 
-def resolve(packet: torch._ops.OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
+def resolve(packet: OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any]) -> BoundCall:
     """The first overload (in torch's order) the arguments bind to, like torch.ops.aten.<op>(...) picks one; a
     number stands for a tensor only when no overload takes it as a number (max(x, 1) is max.dim, not max.other)."""
     errors = []
@@ -183,7 +184,7 @@ def check_in_scope(call: BoundCall, attrs: dict, inputs: Sequence[Any] | None = 
 
 
 @functools.lru_cache(maxsize=None)
-def out_variant(overload: torch._ops.OpOverload) -> str:
+def out_variant(overload: OpOverload) -> str:
     """The out= overload computing the same thing into given tensors ("aten::add.out"), or "" if none.
 
     It must take the functional overload's arguments, in the same order and with the same types, followed only by

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import dtypes as _dtypes
 from .dtypes import ms_name
+from .torch_private import FakeTensorMode
 from ..errors import Error
 
 

@@ -18,12 +18,12 @@ from typing import Mapping
 import mindspore as ms
 import torch
 from mindspore import nn, ops
-from torch.utils._pytree import tree_unflatten
 
 from .._core import dtypes as _dtypes
 from .._core.convert import to_ms
 from .._core.mindspore_private import has_hooks, recompile_on_next_call, run_compiled_graph
 from .._core.primitive import CALL_LOCK, AotOp
+from .._core.torch_private import tree_unflatten
 from ..errors import named_kernel_failure
 from .call_inputs import bind_inputs, check_inputs
 from .errors import PortError

@@ -47,6 +47,7 @@ from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
 from .._core.primitive import CALL_LOCK
+from .._core.torch_private import aoti_compile_and_package, inductor_config, inductor_threads
 from ..errors import Error
 from .errors import raised_by_aot_ops
 from .program import Program, with_key
@@ -208,8 +209,7 @@ def is_compiled(program: Program) -> bool:
 
 def compiler() -> str:
     """The C++ compiler Inductor calls ($CXX when torch was imported, else g++)."""
-    from torch._inductor import config
-
+    config = inductor_config()
     names = config.cpp.cxx if isinstance(config.cpp.cxx, (tuple, list)) else (config.cpp.cxx,)
     return next((n for n in reversed(names) if n), "g++")
 
@@ -217,14 +217,12 @@ def compiler() -> str:
 # ---- the cache ------------------------------------------------------------------------------------------------
 
 def _key(source: GraphSource, examples: tuple[torch.Tensor, ...], free: list[FreeSize]) -> str:
-    from torch._inductor.utils import parallel_num_threads
-
     digest = hashlib.sha256()
     code = "\n".join(line for line in source.module.code.splitlines() if not line.strip().startswith("#"))
     description = dict(format=FORMAT, code=code, used=source.num_used, picks=source.picks, writes=source.writes,
                        inputs=[(tuple(e.shape), str(e.dtype)) for e in examples], torch=torch.__version__,
                        free=[(f.input, f.dim, f.symbol, f.min, f.max) for f in free],
-                       configs=sorted(source.configs.items()), threads=parallel_num_threads(), compiler=compiler(),
+                       configs=sorted(source.configs.items()), threads=inductor_threads(), compiler=compiler(),
                        cxxflags=os.environ.get("CXXFLAGS", ""), inductor=_inductor_settings(), cpu=_cpu())
     digest.update(json.dumps(description, sort_keys=True, default=str).encode())
     for name, tensor in sorted(_module_tensors(source.module).items()):
@@ -254,8 +252,7 @@ def _cpu() -> str:
 
 def _inductor_settings() -> str:
     """Inductor's configuration as torch's own cache keys it."""
-    from torch._inductor import config
-
+    config = inductor_config()
     # Inductor fills this entry in place during a compile (the platform and ISA it compiled for), so it would
     # differ between a process that compiled and one that did not.
     return portable_settings(config, leave_out=("aot_inductor.metadata",))
@@ -313,8 +310,6 @@ def _cached(folder: Path) -> Path | None:
 
 
 def _compile(folder: Path, name: str, source: GraphSource, examples: tuple, free: list[FreeSize]) -> Path:
-    from torch._inductor import aoti_compile_and_package
-
     start = time.monotonic()
     with progress(f"{name} with AOTInductor", show_after=0.0, every=10.0), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations inside export and Inductor

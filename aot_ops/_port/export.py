@@ -32,6 +32,7 @@ from torch.export import ExportedProgram
 
 from .._core import native_state as _runtime
 from .._core.primitive import CALL_LOCK
+from .._core.torch_private import HigherOrderOperator, OpOverload
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
@@ -59,7 +60,7 @@ def is_size(node: torch.fx.Node) -> bool:
 def refusal(node: torch.fx.Node) -> str | None:
     """Why the bridge cannot run this node's operator as it is (None: it can)."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, OpOverload):
         return None
     if is_size(node):
         return None  # never an operator call
@@ -175,7 +176,7 @@ def _fixed_keywords(model: torch.nn.Module, fixed: dict[str, Any]):
 def _without_regions(program: ExportedProgram) -> bool:
     """No node opens a region (no_grad, autocast, control flow): in-place calls are then all that keeps the
     training-level graph from being the functional one."""
-    return not any(node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+    return not any(node.op == "call_function" and isinstance(node.target, HigherOrderOperator)
                    for node in program.graph.nodes)
 
 
@@ -185,7 +186,7 @@ def _hidden_writes(program: ExportedProgram) -> bool:
     `use_input_stats` true; also native_batch_norm, whose schema marks nothing). The rewrite would miss the write:
     such a graph goes through torch's functionalisation."""
     for node in program.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op != "call_function" or not isinstance(node.target, OpOverload):
             continue
         arguments = node.target._schema.arguments
         names = [a.name for a in arguments]

@@ -4,12 +4,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, ContextManager
 
-import torch
-import torch._guards
+from .._core.torch_private import detect_fake_mode, tree_leaves
 
 
 def mode_of(values: Any) -> ContextManager:
     """The fake mode that made `values` (tensors, possibly nested in lists and dicts): torch.export's or
     AOTAutograd's, whose shape environment their symbolic sizes belong to; a no-op context for real tensors."""
-    leaves = torch.utils._pytree.tree_leaves(values)
-    return torch._guards.detect_fake_mode(leaves) or contextlib.nullcontext()
+    return detect_fake_mode(tree_leaves(values)) or contextlib.nullcontext()

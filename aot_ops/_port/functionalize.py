@@ -17,6 +17,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
 
+from .._core.torch_private import OpOverload
+
 
 def functionalize(program: ExportedProgram) -> bool:
     """Rewrites `program` in place; True when every in-place call was made functional. False: some write cannot
@@ -24,7 +26,7 @@ def functionalize(program: ExportedProgram) -> bool:
     graph = program.graph
     nodes = list(graph.nodes)
     order = {node: k for k, node in enumerate(nodes)}
-    writes = [n for n in nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    writes = [n for n in nodes if n.op == "call_function" and isinstance(n.target, OpOverload)
               and n.target._schema.is_mutable]
     if not writes:
         return True
@@ -85,7 +87,7 @@ def retarget_devices(program: ExportedProgram) -> None:
         program.graph_module.recompile()
 
 
-def _functional_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def _functional_twin(op: OpOverload) -> OpOverload | None:
     """aten.add_.Tensor -> aten.add.Tensor, when `op` writes its first argument alone and the twin exists."""
     schema = op._schema
     name = schema.name.split("::")[-1]
@@ -123,6 +125,6 @@ def _family(root: torch.fx.Node, excluding: torch.fx.Node) -> list[torch.fx.Node
 def _aliases(node: torch.fx.Node) -> bool:
     """The node's result may share storage with one of its inputs (a view, or `to` that may return its input)."""
     target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+    if node.op != "call_function" or not isinstance(target, OpOverload):
         return False
     return any(r.alias_info is not None for r in target._schema.returns)

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-import torch._guards
+
+from .._core.torch_private import OpOverload, detect_fake_mode, is_alias_of
 
 NAMESPACE = "aot_ops_fn"
 _lock = threading.Lock()
@@ -120,7 +121,7 @@ class _Context:
 
 
 def _uses_setup_context(function: type) -> bool:
-    return function.setup_context is not torch.autograd.function._SingleLevelFunction.setup_context
+    return function.setup_context is not torch.autograd.Function.setup_context
 
 
 def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any]:
@@ -147,7 +148,7 @@ def _flat_outputs(app: Application, output, inputs) -> list[torch.Tensor]:
     flat: list[torch.Tensor] = []
     for o in outputs:  # nor may they alias each other (a saved output returned by the replay)
         others = [t for t in inputs if isinstance(t, torch.Tensor)] + flat
-        flat.append(o.clone() if any(torch._C._is_alias_of(o, t) for t in others) else o)
+        flat.append(o.clone() if any(is_alias_of(o, t) for t in others) else o)
     return flat
 
 
@@ -241,7 +242,7 @@ def _backward(app: Application, name: str) -> Callable:
     def backward(ctx, grads):
         tensors = ctx.saved_tensors
         needs = _tensor_needs(app, ctx.needs_input_grad)
-        if torch._guards.detect_fake_mode(list(tensors) + list(grads)) is not None:
+        if detect_fake_mode(list(tensors) + list(grads)) is not None:
             user_ctx, outputs = _traced_forward(app, name, tensors, needs)
         else:
             user_ctx, output = _forward(app, tensors, needs)
@@ -253,7 +254,7 @@ def _backward(app: Application, name: str) -> Callable:
         try:
             results = app.function.backward(user_ctx, *grads)
         except Exception as exc:
-            if torch._guards.detect_fake_mode(grads) is None:
+            if detect_fake_mode(grads) is None:
                 raise  # a run on real values: the user's own error
             from .errors import PortError
             raise PortError(f"{app.label}: its backward cannot be traced into ATen operators for fuse=True "
@@ -290,7 +291,7 @@ class FunctionOperator:
         _register(self._library, self.name, app, num_tensors, self.outcome)
 
     @property
-    def overload(self) -> torch._ops.OpOverload:
+    def overload(self) -> OpOverload:
         return getattr(getattr(torch.ops, NAMESPACE), self.name).default
 
 

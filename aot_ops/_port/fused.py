@@ -110,9 +110,7 @@ class _JointTrace:
 def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrace:
     """AOTAutograd's forward and backward graphs of the exported graph, traced on fake `flat` inputs (torch's
     default partition decides what the backward saves)."""
-    from functorch.compile import make_boxed_func
-    from torch._functorch.aot_autograd import aot_function
-    from torch._functorch.partitioners import default_partition
+    from functorch.compile import aot_function, default_partition, make_boxed_func
 
     captured: dict[str, torch.fx.GraphModule] = {}
 

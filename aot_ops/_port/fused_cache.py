@@ -28,6 +28,7 @@ from torch.export import ExportedProgram
 
 from . import kept
 from .._build import cache
+from .._core.torch_private import OpOverload
 from .graph import Graph
 
 log = logging.getLogger(__name__)
@@ -88,4 +89,4 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
 def _torch_defined(target) -> bool:
     if target in _PLAIN_TARGETS:
         return True
-    return isinstance(target, torch._ops.OpOverload) and target.namespace in kept.TORCH_NAMESPACES
+    return isinstance(target, OpOverload) and target.namespace in kept.TORCH_NAMESPACES

@@ -22,6 +22,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
 from .._core.dtypes import has_ms_name
+from .._core.torch_private import OpOverload
 from .errors import SPLIT_ADVICE, PortError, describe, module_of, source_line
 from .export import is_size, refusal
 
@@ -202,7 +203,7 @@ class _Reader:
                 return
             self.graph.steps.append(Item(node.name, self.value(source), int(node.args[1])))
             return
-        if not isinstance(target, torch._ops.OpOverload):
+        if not isinstance(target, OpOverload):
             raise PortError(f"{describe(node)}: {getattr(target, '__name__', target)} is not an ATen operator; "
                             "from_torch ports graphs of ATen operators (no control-flow operators or Python calls)")
         if isinstance(val, (torch.SymFloat, torch.SymBool, float, bool)):

@@ -72,11 +72,10 @@ def _forget_least_used(folder: Path) -> None:
 
 def functorch_settings() -> str:
     """AOTAutograd's portable settings, which change what it traces (in both kinds' keys)."""
-    from torch._functorch import config
-
+    from .._core.torch_private import functorch_config
     from .compiled import portable_settings
 
-    return portable_settings(config)
+    return portable_settings(functorch_config())
 
 
 @lru_cache(maxsize=1)

@@ -131,8 +131,9 @@ def _cache_shapes(model: torch.nn.Module, config) -> tuple[list[int] | int, list
     """Each layer's key/value heads and head size, as the model's attention writes them: read off the cache of a
     call on fake tensors (no arithmetic), since the config does not always say (Falcon's multi-query attention
     keeps one key/value head whatever num_kv_heads says). transformers' reading of the config if that call fails."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import DynamicCache
+
+    from .._core.torch_private import FakeTensorMode
 
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import torch
 
+from .._core.torch_private import dynamo_config, tree_map
 from .errors import PortError
 
 
@@ -124,10 +125,10 @@ class SplitPort:
         from .._core.convert import to_ms, torch_view
 
         leaf = lambda v: torch_view(v) if isinstance(v, ms.Tensor) else v  # noqa: E731  (the caller's, alive)
-        torch_args, torch_kwargs = torch.utils._pytree.tree_map(leaf, (args, kwargs))
+        torch_args, torch_kwargs = tree_map(leaf, (args, kwargs))
         with self._lock, _recompile_limit(self.recompiles, self.in_torch), torch.no_grad():
             outputs = self._compiled(*torch_args, **torch_kwargs)
-        return torch.utils._pytree.tree_map(lambda v: to_ms(v) if isinstance(v, torch.Tensor) else v, outputs)
+        return tree_map(lambda v: to_ms(v) if isinstance(v, torch.Tensor) else v, outputs)
 
 
 def _on_mindspore(cell, inputs: list[int], weights: dict[int, int]) -> Callable:
@@ -174,8 +175,8 @@ def _recompile_limit(limit: int, in_torch: list[str]):
         # inline_inbuilt_nn_modules=False: Dynamo then reads the modules' weights as attributes of the graph and
         # guards on each module's identity, so a graph is never reused for another instance of the same class (its
         # cell holds this instance's weights); with inlining, weights are graph inputs and instances share graphs.
-        with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=False,
-                                        inline_inbuilt_nn_modules=False):
+        with dynamo_config().patch(recompile_limit=limit, fail_on_recompile_limit_hit=False,
+                                   inline_inbuilt_nn_modules=False):
             yield
     finally:
         logger.removeHandler(handler)

@@ -33,11 +33,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 from .._core.convert import to_ms, to_torch
 from .._core.mindspore_private import end_aborted_gradient
+from .._core.torch_private import FakeTensorMode, TorchDispatchMode, all_schemas, op_db, tree_flatten, tree_map
 from ..errors import Error
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -235,8 +234,6 @@ def _sizes_follow_shapes(call: Call) -> bool:
     """Whether the call's output sizes follow from its inputs' shapes: it runs on fake tensors (shapes and dtypes,
     no values), where an output sized by values (nonzero, a boolean index) raises. A call with no fake kernel is
     taken to depend on values, as its tag says."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     mode = FakeTensorMode()
     fake = lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v  # noqa: E731
     args, kwargs = tree_map(fake, (call.args, call.kwargs))
@@ -433,8 +430,6 @@ def _check_gradient(opinfo, sample, result: OpResult, calls, torch_inputs, ms_in
 
 def _rebuild(sample, old: list[torch.Tensor], new: list[torch.Tensor]):
     """The sample with its tensors replaced (same structure), for the autograd reference."""
-    from torch.utils._pytree import tree_map
-
     mapping = {id(o): n for o, n in zip(old, new)}
 
     def swap(v):
@@ -515,12 +510,11 @@ def check_op(opinfo, samples: int, graph: bool, ported: bool = False) -> OpResul
 
 
 def select_ops(names: list[str] | None):
-    from torch.testing._internal.common_methods_invocations import op_db
-
+    database = op_db()
     if not names:
-        return list(op_db)
+        return list(database)
     wanted = set(names)
-    return [o for o in op_db if o.name in wanted or
+    return [o for o in database if o.name in wanted or
             f"{o.name}.{o.variant_test_name}" in wanted]
 
 
@@ -579,7 +573,7 @@ def check_argument_types(per_type: int = 3) -> list[TypeResult]:
     results = {(name, optional): TypeResult(f"Optional[{name}]" if optional else name)
                for name in ARG_TYPES for optional in (False, True)}
     used = set()
-    for schema in torch._C._jit_get_all_schemas():
+    for schema in all_schemas():
         if not schema.name.startswith("aten::") or schema.is_mutable or not schema.returns:
             continue
         args = [a for a in schema.arguments if not a.is_out]

@@ -1,0 +1,109 @@
+"""The torch internals aot_ops relies on, in one place. Each is private API (an underscore in its path), checked on
+torch 2.13 and 2.14 here and 2.11 on the GPU machine; a torch upgrade that moves one breaks this module, and the
+tests named beside it say so. Public APIs (torch.library, torch.export, torch.fx, functorch.compile) are used where
+they are needed, not through here.
+
+The compiler modules (Inductor, Dynamo, functorch's settings) are reached through functions: importing them costs
+seconds, and most processes never compile.
+"""
+from __future__ import annotations
+
+import torch
+import torch._guards
+import torch._subclasses.fake_tensor
+import torch.utils._pytree
+import torch.utils._python_dispatch
+
+# torch's nested-structure helpers: a module's outputs as torch.export describes them (its out_spec), rebuilt from
+# the cell's flat outputs; values nested in a graph node's arguments. Without them: no ported cell returns a tuple
+# or dict (tests/test_from_torch.py).
+tree_flatten = torch.utils._pytree.tree_flatten
+tree_leaves = torch.utils._pytree.tree_leaves
+tree_map = torch.utils._pytree.tree_map
+tree_unflatten = torch.utils._pytree.tree_unflatten
+
+# The types of torch.ops.<namespace>.<name>.<overload>, of torch.ops.<namespace>.<name>, and of control-flow
+# operators (torch.cond, wrap_with_set_grad_enabled): what an exported graph's nodes call. torch.library's public
+# functions take and return them, but name no public alias. Without them: no graph node could be told an operator
+# (tests/test_from_torch.py, tests/test_aten.py). Their `_schema` (the operator's schema: the attribute torch's own
+# documentation reads) and a packet's `_qualified_op_name` are used where they are.
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+HigherOrderOperator = torch._ops.HigherOrderOperator
+
+# The fake tensors an operator's outputs are inferred with (shapes and dtypes without computing). Without it:
+# aten.op's Python inference and from_torch_lm's cache shapes (tests/test_aten.py, tests/test_generation.py).
+FakeTensorMode = torch._subclasses.fake_tensor.FakeTensorMode
+
+# A mode that sees every ATen call below autograd: the conformance run records what an operator's torch eager run
+# calls (tools/conformance.py; tests/test_conformance.py).
+TorchDispatchMode = torch.utils._python_dispatch.TorchDispatchMode
+
+
+def detect_fake_mode(values) -> FakeTensorMode | None:
+    """The fake mode the tensors in `values` (a list) belong to, or None for real tensors: passes adding graph
+    nodes compute their values in it, and a Function's backward knows it is being traced (tests/test_grouped_attention.py,
+    tests/test_custom_autograd.py)."""
+    return torch._guards.detect_fake_mode(values)
+
+
+def is_alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` shares `b`'s storage (a view of it, or it): an operator's outputs may not alias its inputs
+    (tests/test_custom_autograd.py)."""
+    return torch._C._is_alias_of(a, b)
+
+
+def overload_names(packet: OpOverloadPacket) -> list[str]:
+    """The overload names of an operator (aten.add -> ["Tensor", "Scalar", "out", ...]) in the order its schemas
+    were registered, which is the order torch's own resolution tries them (tests/test_aten.py)."""
+    return [s.overload_name for s in torch._C._jit_get_schemas_for_operator(packet._qualified_op_name)]
+
+
+def all_schemas() -> list:
+    """Every operator schema torch has registered: the conformance report's census of ATen's argument types
+    (tools/conformance.py)."""
+    return torch._C._jit_get_all_schemas()
+
+
+def op_db() -> list:
+    """torch's own operator test samples (OpInfo): the conformance run (tools/conformance.py; tests/test_conformance.py)."""
+    from torch.testing._internal.common_methods_invocations import op_db as database
+
+    return database
+
+
+def inductor_config():
+    """torch._inductor.config: the settings a compiled program is made with, and kept by (compiled.py;
+    tests/test_compiled.py)."""
+    from torch._inductor import config
+
+    return config
+
+
+def inductor_threads() -> int:
+    """The thread count Inductor's compiled loops are built for (it keys a compiled package: compiled.py)."""
+    from torch._inductor.utils import parallel_num_threads
+
+    return parallel_num_threads()
+
+
+def aoti_compile_and_package(*args, **kwargs):
+    """AOTInductor's compiler of an exported program into a package (documented, though under torch._inductor):
+    fuse="compile" (tests/test_compiled.py)."""
+    from torch._inductor import aoti_compile_and_package as compile_and_package
+
+    return compile_and_package(*args, **kwargs)
+
+
+def functorch_config():
+    """torch._functorch.config: AOTAutograd's settings, part of a kept trace's key (kept.py; tests/test_fused_cache.py)."""
+    from torch._functorch import config
+
+    return config
+
+
+def dynamo_config():
+    """torch._dynamo.config: from_torch_split's recompile limit (split.py; tests/test_from_torch.py, tests/test_vision_zoo.py)."""
+    import torch._dynamo
+
+    return torch._dynamo.config

@@ -42,8 +42,8 @@ TorchDispatchMode = torch.utils._python_dispatch.TorchDispatchMode
 
 def detect_fake_mode(values) -> FakeTensorMode | None:
     """The fake mode the tensors in `values` (a list) belong to, or None for real tensors: passes adding graph
-    nodes compute their values in it, and a Function's backward knows it is being traced (tests/test_grouped_attention.py,
-    tests/test_custom_autograd.py)."""
+    nodes compute their values in it, and a Function's backward knows it is being traced
+    (tests/test_grouped_attention.py, tests/test_custom_autograd.py)."""
     return torch._guards.detect_fake_mode(values)
 
 
@@ -66,7 +66,8 @@ def all_schemas() -> list:
 
 
 def op_db() -> list:
-    """torch's own operator test samples (OpInfo): the conformance run (tools/conformance.py; tests/test_conformance.py)."""
+    """torch's own operator test samples (OpInfo): the conformance run (tools/conformance.py;
+    tests/test_conformance.py)."""
     from torch.testing._internal.common_methods_invocations import op_db as database
 
     return database
@@ -96,14 +97,16 @@ def aoti_compile_and_package(*args, **kwargs):
 
 
 def functorch_config():
-    """torch._functorch.config: AOTAutograd's settings, part of a kept trace's key (kept.py; tests/test_fused_cache.py)."""
+    """torch._functorch.config: AOTAutograd's settings, part of a kept trace's key (kept.py;
+    tests/test_fused_cache.py)."""
     from torch._functorch import config
 
     return config
 
 
 def dynamo_config():
-    """torch._dynamo.config: from_torch_split's recompile limit (split.py; tests/test_from_torch.py, tests/test_vision_zoo.py)."""
+    """torch._dynamo.config: from_torch_split's recompile limit (split.py; tests/test_from_torch.py,
+    tests/test_vision_zoo.py)."""
     import torch._dynamo
 
     return torch._dynamo.config

@@ -464,8 +464,11 @@ def test_state_dict_round_trip(fuse):
     torch.testing.assert_close(to_torch(cell(to_ms(x))), other(x).detach(), rtol=1e-5, atol=1e-6)
     with pytest.raises(aot_ops.PortError, match=r"missing keys: \['fc.bias'\]"):
         cell.load_torch_state_dict({k: v for k, v in other.state_dict().items() if k != "fc.bias"})
+    before = {key: value.clone() for key, value in cell.torch_state_dict().items()}
     with pytest.raises(aot_ops.PortError, match=r"'fc.weight' has shape \(3, 16\)"):
-        cell.load_torch_state_dict(dict(other.state_dict(), **{"fc.weight": torch.zeros(3, 16)}))
+        cell.load_torch_state_dict(dict(ResNet().state_dict(), **{"fc.weight": torch.zeros(3, 16)}))
+    for key, value in cell.torch_state_dict().items():  # refused whole: no key before fc.weight was written
+        assert torch.equal(value, before[key]), key
 
 
 def test_names_that_are_not_identifiers_keep_their_state_dict_keys():

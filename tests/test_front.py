@@ -164,6 +164,17 @@ def test_gradients_are_recorded_through_the_custom_primitive_never_zero():
     assert front.launches() - before == 1
 
 
+def test_the_launch_count_includes_calls_still_queued():
+    """PyNative launches on runtime threads behind the caller: without waiting for them a count read right after
+    50 unread calls saw 0-3 of them, and a test that left results unread shifted the next test's count."""
+    leaky = aot_ops.leaky_relu(negative_slope=0.1)
+    x = to_ms(sample((64, 64), torch.float32))
+    before = front.launches()
+    outs = [leaky(x) for _ in range(50)]
+    assert front.launches() - before == 50
+    assert_same(to_torch(outs[-1]), torch.nn.functional.leaky_relu(to_torch(x), 0.1))
+
+
 def test_dtype_errors_are_raised_at_the_call_as_on_the_custom_path():
     leaky = aot_ops.leaky_relu()
     bad = to_ms(torch.arange(3, dtype=torch.int32))

@@ -28,6 +28,7 @@ import mindspore as ms
 
 from . import dtypes as _dtypes
 from .inference import OutputCache
+from .mindspore_private import wait_for_queued_work
 from .packed_attrs import pack
 from .._front import ENV_SWITCH, switched_off
 
@@ -68,8 +69,10 @@ def status() -> str:
 
 
 def launches() -> int:
-    """Entry points launched through the front so far in this process."""
+    """Entry points launched through the front so far in this process, every call made before this one counted
+    (the count waits for the work PyNative still has queued)."""
     module = _load()
+    wait_for_queued_work()
     return 0 if module is None else module.launches()
 
 

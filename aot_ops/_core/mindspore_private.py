@@ -15,6 +15,15 @@ from mindspore.graph.api import _pynative_executor
 recording_gradients = _pynative_executor.requires_grad
 
 
+def wait_for_queued_work() -> None:
+    """Returns once every operator PyNative queued so far has run. PyNative launches on runtime threads behind the
+    caller: a launch counter read right after a call may not count it yet, nor the calls of an earlier test whose
+    results nobody read. The public ms.runtime.synchronize() does not do this on CPU: MindSpore 2.10 logs "CPU
+    device is not supported" as an ERROR at its first call and returns (tests/test_front.py's counts, and
+    weights.py before it overwrites a Parameter's memory)."""
+    _pynative_executor.sync()
+
+
 def end_aborted_gradient() -> None:
     """After an exception escaped a gradient's forward: MindSpore 2.10 keeps recording every later PyNative
     operator for that gradient (requires_grad() stays True, even after later gradients succeed), so eager calls

@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 
 from .._native.opener import open_library
+from .mindspore_private import wait_for_queued_work
 
 
 def _handle(library: str):
@@ -41,19 +42,23 @@ def live_kernel_states(library: str | Path) -> int:
 
 def aten_launches() -> tuple[int, int]:
     """(forward, backward) launches of the generic ATen entry points of the bundled library so far: how many
-    bridged calls a network makes (take the difference around a training step)."""
+    bridged calls a network makes (take the difference around a training step). Like the other counters here it
+    first waits for the work PyNative still has queued, so every call made before it is counted."""
+    wait_for_queued_work()
     lib = _bundled()
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
 
 
 def program_launches() -> int:
     """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far."""
+    wait_for_queued_work()
     return int(_bundled().aot_ops_program_launches())
 
 
 def program_seconds() -> float:
     """Wall time spent inside launches of the program entry so far: the ATen work of fused graphs. A step's time
     minus this is what MindSpore's framework around the two calls costs."""
+    wait_for_queued_work()
     return _bundled().aot_ops_program_nanoseconds() * 1e-9
 
 

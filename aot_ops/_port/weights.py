@@ -11,6 +11,7 @@ from mindspore import nn
 
 from .._core import dtypes as _dtypes
 from .._core.convert import owning_parameter, to_torch, torch_view
+from .._core.mindspore_private import wait_for_queued_work
 from .errors import PortError
 from .module_tree import add_parameter
 
@@ -56,18 +57,17 @@ def load_torch_state_dict(module_name: str, parameters: Mapping[str, ms.Paramete
     if strict and (missing or unexpected):
         raise PortError(f"{module_name}: state_dict does not match (missing keys: {missing}; unexpected "
                         f"keys: {unexpected})")
-    for key, value in state_dict.items():
-        if key in unexpected:
-            continue
-        parameter = parameters[key]
-        value = torch.as_tensor(value)
-        target = tuple(parameter.shape)
-        if tuple(value.shape) != target:
+    # Every shape is checked before any Parameter is written: a refused state_dict leaves the cell as it was.
+    loaded = {key: (parameters[key], torch.as_tensor(value)) for key, value in state_dict.items()
+              if key not in unexpected}
+    for key, (parameter, value) in loaded.items():
+        if tuple(value.shape) != tuple(parameter.shape):
             raise PortError(f"{module_name}: '{key}' has shape {tuple(value.shape)}, the cell's parameter "
-                            f"has {target}")
-        # Into the Parameter's own memory (not set_data, which replaces it): a torch module sharing its weights
-        # with the cell keeps sharing them
-        ms.runtime.synchronize()  # no queued MindSpore work still reads the old values
-        with torch.no_grad():
+                            f"has {tuple(parameter.shape)}")
+    wait_for_queued_work()  # no queued MindSpore work still reads the old values
+    # Into the Parameter's own memory (not set_data, which replaces it): a torch module sharing its weights with the
+    # cell keeps sharing them
+    with torch.no_grad():
+        for parameter, value in loaded.values():
             torch_view(parameter).copy_(value.to(_dtypes.to_torch(parameter.dtype)))
     return IncompatibleKeys(missing, unexpected)

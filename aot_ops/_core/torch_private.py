@@ -8,6 +8,9 @@ seconds, and most processes never compile.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
 import torch._guards
 import torch._subclasses.fake_tensor
@@ -110,3 +113,40 @@ def dynamo_config():
     import torch._dynamo
 
     return torch._dynamo.config
+
+
+_regions_lock = threading.Lock()
+_regions_tracing = 0
+_regions_were: tuple = ()
+
+
+@contextlib.contextmanager
+def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
+    """The context in which AOTAutograd traces each `invoke_subgraph` region once (_port/repeated.py):
+    - a tracing context, which holds torch's cache of the regions' forward, backward and partition;
+    - `joint_pass(joint_graph, joint_inputs)` run on the joint graph once the regions are partitioned, before the
+      whole graph is (functorch's `joint_custom_pass`): repeated.py puts the regions' nodes back there, so the
+      forward and backward graphs name their saved values alike, as without regions;
+    - no check that a region writes its inputs: under autograd torch re-traces the whole region at every call to
+      find out (its `gen_schema`), 0.27 s per layer of a Llama, 11.8 of the 13.7 s the regions were meant to save.
+      The regions aot_ops makes contain no operator that writes an argument (repeated.py checks each schema).
+    The two settings are process-wide: they are set while any thread traces with regions, and restored after the
+    last. Without this context the trace of a graph with regions fails or is as slow as without them
+    (tests/test_repeated_layers.py)."""
+    global _regions_tracing, _regions_were
+    hop = torch.ops.higher_order.invoke_subgraph
+    config = functorch_config()
+    with _regions_lock:
+        if _regions_tracing == 0:
+            _regions_were = (hop._supports_training_input_mutation, config.joint_custom_pass)
+            hop._supports_training_input_mutation = True
+            config.joint_custom_pass = joint_pass
+        _regions_tracing += 1
+    try:
+        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+            yield
+    finally:
+        with _regions_lock:
+            _regions_tracing -= 1
+            if _regions_tracing == 0:
+                hop._supports_training_input_mutation, config.joint_custom_pass = _regions_were

@@ -13,6 +13,7 @@ the programs compute every size from tensor shapes at run time (graph.read_modul
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field, replace
 
@@ -21,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
+from .._core.torch_private import detect_fake_mode, repeated_regions_traced_once
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource
 from .errors import PortError, raised_by_aot_ops
@@ -28,6 +30,7 @@ from .fake import mode_of
 from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
 from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
+from .repeated import inline_regions, with_repeated_regions
 
 
 @dataclass
@@ -121,6 +124,8 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
         return compiler
 
     module = _views_as_reshapes(program.graph_module)
+    regions = with_repeated_regions(module, [isinstance(v, torch.Tensor) and v.requires_grad for v in flat])
+    module = regions or module
 
     def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
         outs = torch.fx.Interpreter(module).run(*values)
@@ -131,7 +136,8 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
     try:
-        with torch.fx.traceback.preserve_node_meta(), mode_of(flat):
+        traced_once = repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions else contextlib.nullcontext()
+        with torch.fx.traceback.preserve_node_meta(), mode_of(flat), traced_once:
             outs = compiled(*flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             differentiable = [k for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]

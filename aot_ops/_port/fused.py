@@ -17,6 +17,8 @@ import contextlib
 import copy
 from dataclasses import dataclass, field, replace
 
+from typing import Callable
+
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -120,7 +122,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     def capture(name):
         def compiler(gm, _inputs):
             captured[name] = gm
-            return make_boxed_func(gm)
+            return make_boxed_func(_recorded_results(gm))
         return compiler
 
     module = _views_as_reshapes(program.graph_module)
@@ -151,6 +153,20 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
             raise  # a bug or a check of ours: with its own type and traceback, not labelled torch's
         raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
     return _JointTrace(captured, len(outs), differentiable)
+
+
+def _recorded_results(module: torch.fx.GraphModule) -> Callable:
+    """A stand-in for running a captured graph on the fake inputs: its results made from the values the trace
+    recorded for them (sizes in the same symbols). The trace runs the forward, and the backward, only for
+    AOTAutograd to hand over the backward graph and to say which outputs are differentiable, which the graph's
+    values do not decide: running the 2,500 fake operators of a 22-layer Llama's forward and 4,000 of its backward
+    took a third of the trace."""
+    recorded = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in module.graph.output_node().args[0]]
+
+    def results(*_inputs):
+        return [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+                if isinstance(v, torch.Tensor) else v for v in recorded]
+    return results
 
 
 _VIEWS = {torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default,

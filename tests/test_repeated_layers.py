@@ -116,6 +116,9 @@ def test_a_fused_port_traced_through_regions_trains_as_torch(exported, monkeypat
     cell = aot_ops.from_torch(model, (ids(12, 0),), dynamic_shapes=({1: Dim("seq", min=2, max=32)},), fuse=True,
                               input_grads=False)
     assert made and made[0] is not None
+    # The hooks the trace installs (torch_private.repeated_regions_traced_once) are gone once it ends.
+    from aot_ops._core.torch_private import functorch_config
+    assert "gen_schema" not in vars(INVOKE) and functorch_config().joint_custom_pass is None
     params = cell.trainable_params()
     step = ms.value_and_grad(cell, None, params)
     named = dict(reference.named_parameters())

@@ -116,8 +116,36 @@ def dynamo_config():
 
 
 _regions_lock = threading.Lock()
-_regions_tracing = 0
-_regions_were: tuple = ()
+_regions_contexts: dict[int, tuple] = {}  # id(TracingContext) -> (its joint pass, its schemas by region)
+_regions_were: tuple = ()  # what the two hooks below replaced: functorch's joint pass, invoke_subgraph's gen_schema
+
+
+def _ours():
+    """The joint pass and schema cache of the aot_ops tracing context this thread is in, or None (tracing contexts
+    are per thread)."""
+    context = torch._guards.TracingContext.try_get()
+    return None if context is None else _regions_contexts.get(id(context))
+
+
+def _joint_pass(joint_graph, joint_inputs):
+    ours = _ours()
+    if ours is not None:
+        return ours[0](joint_graph, joint_inputs)
+    previous = _regions_were[0]
+    return joint_graph if previous is None else previous(joint_graph, joint_inputs)
+
+
+def _region_schema(subgraph, identifier, *operands):
+    """invoke_subgraph's schema of a region, traced once per region in aot_ops' contexts (torch traces the whole
+    region again at each call of it); torch's own elsewhere."""
+    hop = torch.ops.higher_order.invoke_subgraph
+    ours = _ours()
+    if ours is None:
+        return type(hop).gen_schema(hop, subgraph, identifier, *operands)
+    key = (id(subgraph), identifier, tuple(type(o) for o in operands))
+    if key not in ours[1]:
+        ours[1][key] = type(hop).gen_schema(hop, subgraph, identifier, *operands)
+    return ours[1][key]
 
 
 @contextlib.contextmanager
@@ -127,26 +155,29 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
     - `joint_pass(joint_graph, joint_inputs)` run on the joint graph once the regions are partitioned, before the
       whole graph is (functorch's `joint_custom_pass`): repeated.py puts the regions' nodes back there, so the
       forward and backward graphs name their saved values alike, as without regions;
-    - no check that a region writes its inputs: under autograd torch re-traces the whole region at every call to
-      find out (its `gen_schema`), 0.27 s per layer of a Llama, 11.8 of the 13.7 s the regions were meant to save.
-      The regions aot_ops makes contain no operator that writes an argument (repeated.py checks each schema).
-    The two settings are process-wide: they are set while any thread traces with regions, and restored after the
-    last. Without this context the trace of a graph with regions fails or is as slow as without them
-    (tests/test_repeated_layers.py)."""
-    global _regions_tracing, _regions_were
+    - each region's schema (which torch reads under autograd to refuse a region writing its inputs) traced once:
+      torch traces the whole region again at every call to make it, 0.27 s per layer of a Llama, 11.8 of the
+      13.7 s the regions were meant to save.
+    The two hooks are process-wide (functorch's setting, the operator's method) and act only inside these contexts
+    (tracing contexts are per thread): elsewhere, in any thread, torch's own run. Installed while any thread traces
+    with regions, removed after the last. Without this context the trace of a graph with regions fails or is as
+    slow as without them (tests/test_repeated_layers.py)."""
+    global _regions_were
     hop = torch.ops.higher_order.invoke_subgraph
     config = functorch_config()
+    context = torch._guards.TracingContext(fake_mode)
     with _regions_lock:
-        if _regions_tracing == 0:
-            _regions_were = (hop._supports_training_input_mutation, config.joint_custom_pass)
-            hop._supports_training_input_mutation = True
-            config.joint_custom_pass = joint_pass
-        _regions_tracing += 1
+        if not _regions_contexts:
+            _regions_were = (config.joint_custom_pass,)
+            config.joint_custom_pass = _joint_pass
+            hop.gen_schema = _region_schema  # an instance attribute: the class's method stays torch's
+        _regions_contexts[id(context)] = (joint_pass, {})
     try:
-        with torch._guards.tracing(torch._guards.TracingContext(fake_mode)):
+        with torch._guards.tracing(context):
             yield
     finally:
         with _regions_lock:
-            _regions_tracing -= 1
-            if _regions_tracing == 0:
-                hop._supports_training_input_mutation, config.joint_custom_pass = _regions_were
+            del _regions_contexts[id(context)]
+            if not _regions_contexts:
+                config.joint_custom_pass = _regions_were[0]
+                del hop.gen_schema

@@ -117,7 +117,7 @@ def dynamo_config():
 
 _regions_lock = threading.Lock()
 _regions_contexts: dict[int, tuple] = {}  # id(TracingContext) -> (its joint pass, its schemas by region)
-_regions_were: tuple = ()  # what the two hooks below replaced: functorch's joint pass, invoke_subgraph's gen_schema
+_joint_pass_was = None  # functorch's joint pass before the hook below (a user's, or None)
 
 
 def _ours():
@@ -131,8 +131,7 @@ def _joint_pass(joint_graph, joint_inputs):
     ours = _ours()
     if ours is not None:
         return ours[0](joint_graph, joint_inputs)
-    previous = _regions_were[0]
-    return joint_graph if previous is None else previous(joint_graph, joint_inputs)
+    return joint_graph if _joint_pass_was is None else _joint_pass_was(joint_graph, joint_inputs)
 
 
 def _region_schema(subgraph, identifier, *operands):
@@ -162,13 +161,13 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
     (tracing contexts are per thread): elsewhere, in any thread, torch's own run. Installed while any thread traces
     with regions, removed after the last. Without this context the trace of a graph with regions fails or is as
     slow as without them (tests/test_repeated_layers.py)."""
-    global _regions_were
+    global _joint_pass_was
     hop = torch.ops.higher_order.invoke_subgraph
     config = functorch_config()
     context = torch._guards.TracingContext(fake_mode)
     with _regions_lock:
         if not _regions_contexts:
-            _regions_were = (config.joint_custom_pass,)
+            _joint_pass_was = config.joint_custom_pass
             config.joint_custom_pass = _joint_pass
             hop.gen_schema = _region_schema  # an instance attribute: the class's method stays torch's
         _regions_contexts[id(context)] = (joint_pass, {})
@@ -179,5 +178,5 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
         with _regions_lock:
             del _regions_contexts[id(context)]
             if not _regions_contexts:
-                config.joint_custom_pass = _regions_were[0]
+                config.joint_custom_pass = _joint_pass_was
                 del hop.gen_schema

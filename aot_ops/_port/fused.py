@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass, field, replace
-
 from typing import Callable
 
 import torch
@@ -138,7 +137,8 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
                             partition_fn=default_partition)
     try:
-        traced_once = repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions else contextlib.nullcontext()
+        traced_once = (repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions
+                       else contextlib.nullcontext())
         with torch.fx.traceback.preserve_node_meta(), mode_of(flat), traced_once:
             outs = compiled(*flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]

@@ -6,7 +6,7 @@ traces a region once and reuses it: the `invoke_subgraph` operator (what `torch.
 emits), whose forward, backward and partition AOTAutograd caches per identifier within one tracing context. This
 module gives the exported graph such regions and takes them out again:
 
-- `with_repeated_regions(module, inputs)`: a copy of the exported graph in which each layer (the nodes torch.export
+- `with_repeated_regions(module, needs_grad)`: a copy of the exported graph in which each layer (the nodes torch.export
   attributed to one `<container>.<index>` module, e.g. `model.layers.7`) that is the same as another layer (the
   same operators with the same constant arguments wired the same way, inputs of the same sizes, dtypes and need of
   gradients) is one `invoke_subgraph` call of a subgraph shared by all of them; None when no two layers are alike.
@@ -23,11 +23,12 @@ from __future__ import annotations
 import copy
 import operator
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .._core.torch_private import HigherOrderOperator, OpOverload
+from .errors import module_of
 
 _INVOKE = torch.ops.higher_order.invoke_subgraph
 _MIN_NODES = 8  # a region smaller than this costs more to call than to trace
@@ -37,35 +38,44 @@ _MIN_NODES = 8  # a region smaller than this costs more to call than to trace
 class _Region:
     """The nodes of one layer, in graph order, with what they read from outside and what the rest reads of them."""
 
-    path: str
     nodes: list[torch.fx.Node]
     inputs: list[torch.fx.Node]
     outputs: list[int]  # positions in `nodes`
     shape: tuple        # what must be equal for two layers to share one subgraph
 
+    def found_in(self, nodes_by_name: dict[str, torch.fx.Node]) -> "_Region":
+        """The same region in a copy of its graph."""
+        return replace(self, nodes=[nodes_by_name[n.name] for n in self.nodes],
+                       inputs=[nodes_by_name[n.name] for n in self.inputs])
+
 
 def with_repeated_regions(module: torch.fx.GraphModule, needs_grad: list[bool]) -> torch.fx.GraphModule | None:
-    """`module` (an exported graph, functional) with its repeated layers as shared `invoke_subgraph` regions, or
-    None. `needs_grad`: whether each placeholder's value will require a gradient in the trace."""
+    """A copy of `module` (an exported graph, functional) with its repeated layers as shared `invoke_subgraph`
+    regions, or None where no two layers are alike (nothing copied). `needs_grad`: whether each placeholder's value
+    will require a gradient in the trace."""
+    groups = _repeated(module, needs_grad)
+    if not groups:
+        return None
     module = copy.deepcopy(module)
-    grad = _needs_grad(module, needs_grad)
-    groups: dict[tuple, list[_Region]] = OrderedDict()
-    for region in _regions(module, grad):
-        groups.setdefault(region.shape, []).append(region)
-    graph, count, replaced = module.graph, 0, {}
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    in_copy = {node.name: node for node in module.graph.nodes}  # (a copy's nodes keep their names)
+    graph, replaced = module.graph, {}
+    for count, members in enumerate(groups):
+        members = [region.found_in(in_copy) for region in members]
         name = f"aot_ops_repeated_{count}"
         module.add_submodule(name, _subgraph(module, members[0]))
-        count += 1
         for region in members:
             _call_region(graph, name, region, replaced)
-    if not count:
-        return None
     graph.lint()
     module.recompile()
     return module
+
+
+def _repeated(module: torch.fx.GraphModule, needs_grad: list[bool]) -> list[list[_Region]]:
+    """The layers of `module` that are alike, grouped (groups of two or more, in graph order)."""
+    groups: dict[tuple, list[_Region]] = OrderedDict()
+    for region in _regions(module, _needs_grad(module, needs_grad)):
+        groups.setdefault(region.shape, []).append(region)
+    return [members for members in groups.values() if len(members) > 1]
 
 
 def inline_regions(module: torch.fx.GraphModule, _joint_inputs=None) -> torch.fx.GraphModule:
@@ -76,8 +86,7 @@ def inline_regions(module: torch.fx.GraphModule, _joint_inputs=None) -> torch.fx
     if not calls:
         return module
     for call in calls:
-        subgraph = getattr(module, call.args[0].target)
-        subgraph = inline_regions(subgraph)  # (no nesting is made here; kept general)
+        subgraph = getattr(module, call.args[0].target)  # (regions hold no region: _functional)
         operands = call.args[2:]
         env: dict[torch.fx.Node, object] = {}
         placeholders = [n for n in subgraph.graph.nodes if n.op == "placeholder"]
@@ -121,11 +130,10 @@ def inline_regions(module: torch.fx.GraphModule, _joint_inputs=None) -> torch.fx
 def _layer_of(node: torch.fx.Node) -> str | None:
     """The outermost `<container>.<index>` module that torch.export says the node was traced in (`model.layers.7`
     for any node of that decoder layer), or None."""
-    for path, _kind in (node.meta.get("nn_module_stack") or {}).values():
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if part.isdigit() and k:
-                return ".".join(parts[:k + 1])
+    parts = module_of(node)[0].split(".")
+    for k, part in enumerate(parts):
+        if part.isdigit() and k:
+            return ".".join(parts[:k + 1])
     return None
 
 
@@ -158,7 +166,7 @@ def _regions(module: torch.fx.GraphModule, grad: dict[torch.fx.Node, bool]) -> l
         members = [n for n in nodes[first:last + 1] if n.op == "call_function"]
         if len(members) < _MIN_NODES or any(_layer_of(n) not in (None, path) or not _functional(n) for n in members):
             continue
-        region = _described(path, members, grad)
+        region = _described(members, grad)
         if region is not None:
             regions.append(region)
     return regions
@@ -188,7 +196,7 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     return True
 
 
-def _described(path: str, nodes: list[torch.fx.Node], grad: dict) -> _Region | None:
+def _described(nodes: list[torch.fx.Node], grad: dict) -> _Region | None:
     """The region with its `shape`: every node's operator and its arguments, each a constant, a node of the region
     (by position) or an input (by position among the inputs, in order of first use), with each input's size,
     dtype and need of a gradient, and which nodes the rest of the graph reads."""
@@ -214,7 +222,7 @@ def _described(path: str, nodes: list[torch.fx.Node], grad: dict) -> _Region | N
     if not outputs:
         return None
     shape = (calls, tuple(outputs), tuple((_value_shape(i), grad[i]) for i in inputs))
-    return _Region(path, nodes, inputs, outputs, shape)
+    return _Region(nodes, inputs, outputs, shape)
 
 
 def _value_shape(node: torch.fx.Node):

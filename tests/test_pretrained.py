@@ -20,7 +20,7 @@ from support import REPO, to_ms, to_torch
 # initializer_range 0.3: tiny models with the default 0.02 repeat one token, which would not tell decodings apart
 LLAMA = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
              vocab_size=500, max_position_embeddings=128, initializer_range=0.3)
-QWEN_TIED = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+QWEN_TIED = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=96, vocab_size=400, tie_word_embeddings=True, initializer_range=0.3)
 
 

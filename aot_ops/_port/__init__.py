@@ -20,13 +20,14 @@ from typing import Any, Sequence
 import torch
 from torch.export import ExportedProgram
 
-from . import plan_cache
+from . import layer_stack, plan_cache
 from .cell import PortedCell, PortSpec, StateEntry
 from .codegen import generate
 from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export
 from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
+from .layer_stack import LayerStack
 from .module_tree import Structure
 from .modes import Mode, constant_attribute
 
@@ -106,13 +107,15 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
          no_training: str | None = None, compile_inputs: dict[str, tuple[int | None, ...]] | None = None,
-         share_weights: bool = False, plan_key: str | None = None) -> PortedCell:
+         share_weights: bool = False, plan_key: str | None = None, alike_layers: bool = False) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
     fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; a None
     size is compiled as dynamic, over its whole range; other sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
-    the plan kept under it is used instead of exporting and fusing, or made and kept."""
+    the plan kept under it is used instead of exporting and fusing, or made and kept; `alike_layers`, the
+    evaluation graph exported with two of the module's alike layers and the others copied (layer_stack.py: a model
+    from_pretrained built, whose layers are transformers' own)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -140,7 +143,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     plan = plan_cache.read(kept_as) if kept_as else None
     if plan is None:
         # The stages, each taking the plan the one before made
-        plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads)
+        stack = layer_stack.find(model) if alike_layers else None
+        plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads, stack)
         plan = _one_graph_where_the_same(plan)
         if fuse:
             plan = _fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile")
@@ -191,16 +195,18 @@ class _Plan:
 
 
 def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_training: str | None,
-              fuse: bool | str, trainable: set[str], input_grads: bool) -> _Plan:
+              fuse: bool | str, trainable: set[str], input_grads: bool, stack: LayerStack | None = None) -> _Plan:
     """The evaluation graph and, unless the port is for evaluation only, the training graph, each exported and
     read. A training graph that cannot be ported is an error for a module in training mode; for one in
     evaluation mode, the reason the cell cannot train. The exports are made functional by rewriting their
     in-place calls where that is exact (export.py), except a training graph differentiated node by node
     (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
-    bfloat16 values read several times fanned out before it is read (fan_out.py)."""
+    bfloat16 values read several times fanned out before it is read (fan_out.py). `stack`: alike layers the
+    evaluation graph is exported with two of (layer_stack.py)."""
     def use(training: bool) -> _Use:
         exported = export(model, inputs, dynamic_shapes, training=training, backward=no_training is None,
-                          rewrite_in_place=bool(fuse) or no_training is not None)
+                          rewrite_in_place=bool(fuse) or no_training is not None,
+                          stack=None if training else stack)
         program = exported.program
         if training and not fuse:
             plan.half_gradients_fanned_out = fan_out_half_gradients(program, trainable, input_grads) > 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import operator
 import warnings
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from . import layer_stack
 from .._core import native_state as _runtime
 from .._core.primitive import CALL_LOCK
 from .._core.torch_private import HigherOrderOperator, OpOverload
@@ -40,6 +42,9 @@ from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
+from .layer_stack import LayerStack
+
+log = logging.getLogger(__name__)
 
 _DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
@@ -117,12 +122,25 @@ class Exported:
 
 
 def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
-           backward: bool = True, rewrite_in_place: bool = False) -> Exported:
+           backward: bool = True, rewrite_in_place: bool = False, stack: LayerStack | None = None) -> Exported:
     """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `backward=False`:
     the graph will never be differentiated (a user's autograd.Function keeps its forward's operators).
     `rewrite_in_place`: the training-level graph is made functional by rewriting its in-place calls
     (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces the whole module
-    (two thirds of a big model's port); the in-place calls' functional twins have the same derivatives."""
+    (two thirds of a big model's port); the in-place calls' functional twins have the same derivatives.
+    `stack`: the module's alike layers (layer_stack.py), exported as two and copied into the others' places where
+    the copies are what the whole export gives; the module is exported whole where they would not be."""
+    if stack is not None:
+        try:
+            with layer_stack.shallow(stack):
+                exported = export(model, inputs, dynamic_shapes, training, backward, rewrite_in_place)
+            layer_stack.expand(exported.program, stack, model)
+            return exported
+        except (layer_stack.NotExpandable, PortError) as exc:
+            # (a PortError of the shallow module is the whole module's too, or a trace the shallow one cannot
+            # make: either way the whole export says which)
+            log.debug("%s exported whole: its %d layers at %s cannot be copied: %s", type(model).__name__,
+                      stack.count, stack.path, exc)
     was_training = model.training
     model.train(training)
     try:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from . import layer_stack
 from .errors import PortError
 
 _log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class StaticCacheLM(torch.nn.Module):
     `plan_key`: the key of the port's plan (plan_cache.py), beside which the cache's shapes are kept."""
 
     def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int, written_part: bool = False,
-                 plan_key: str | None = None):
+                 plan_key: str | None = None, alike_layers: bool = False):
         super().__init__()
         import inspect
 
@@ -86,7 +87,8 @@ class StaticCacheLM(torch.nn.Module):
                 self.cache.layers[k] = _written_part_layer(cache_length)
         from . import plan_cache
 
-        heads, head_size = plan_cache.remembered(plan_key, "cache-shapes", lambda: _cache_shapes(model, config))
+        heads, head_size = plan_cache.remembered(plan_key, "cache-shapes",
+                                                 lambda: _cache_shapes(model, config, alike_layers))
         # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
         self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
         for k, layer in enumerate(self.cache.layers):
@@ -127,22 +129,28 @@ class StaticCacheLM(torch.nn.Module):
         return out.logits[:, -1, :]
 
 
-def _cache_shapes(model: torch.nn.Module, config) -> tuple[list[int] | int, list[int] | int]:
+def _cache_shapes(model: torch.nn.Module, config, alike_layers: bool = False
+                  ) -> tuple[list[int] | int, list[int] | int]:
     """Each layer's key/value heads and head size, as the model's attention writes them: read off the cache of a
     call on fake tensors (no arithmetic), since the config does not always say (Falcon's multi-query attention
-    keeps one key/value head whatever num_kv_heads says). transformers' reading of the config if that call fails."""
+    keeps one key/value head whatever num_kv_heads says). transformers' reading of the config if that call fails.
+    `alike_layers`: the call runs two of the model's alike layers (layer_stack.py), the last standing for the rest."""
     from transformers import DynamicCache
 
     from .._core.torch_private import FakeTensorMode
 
+    stack = layer_stack.find(model) if alike_layers else None
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)  # a failing meta kernel is logged there: the fallback answers it
     try:
-        cache = DynamicCache(config=config)
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
-            model(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
+        with layer_stack.shallow(stack) if stack else contextlib.nullcontext():
+            cache = DynamicCache(config=config)
+            with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+                model(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
         keys = [layer.keys for layer in cache.layers]
+        if stack and len(keys) == layer_stack.SHALLOW:
+            keys += keys[-1:] * (stack.count - len(keys))
         if all(isinstance(k, torch.Tensor) and k.dim() == 4 for k in keys):
             return [int(k.shape[1]) for k in keys], [int(k.shape[-1]) for k in keys]
     except Exception as exc:  # whatever stops the probe, the config's numbers are the fallback
@@ -193,9 +201,10 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
 
 
 def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: bool | str, jit: bool,
-            share_weights: bool, plan_key: str | None = None, tokens_per_call: int = 1) -> PortedLM:
+            share_weights: bool, plan_key: str | None = None, tokens_per_call: int = 1,
+            alike_layers: bool = False) -> PortedLM:
     """from_torch_lm, with the key of its plan where the caller knows what determines the model's graph
-    (from_pretrained: plan_cache.py)."""
+    (from_pretrained: plan_cache.py), and `alike_layers` where its layers are transformers' own (port's)."""
     from . import port
 
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
@@ -215,7 +224,8 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     model.eval()
     try:
         # attending to the positions written (the whole-cache mask of StaticCacheLM serves references in torch)
-        wrapper = StaticCacheLM(model, batch_size, max_length, written_part=True, plan_key=plan_key).eval()
+        wrapper = StaticCacheLM(model, batch_size, max_length, written_part=True, plan_key=plan_key,
+                                alike_layers=alike_layers).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
@@ -229,7 +239,7 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
                     no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
                     compile_inputs=_one_token(batch_size) if fuse == "compile" else None, share_weights=share_weights,
-                    plan_key=plan_key)
+                    plan_key=plan_key, alike_layers=alike_layers)
         block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
                                                               fuse=fuse, jit=jit, plan_key=plan_key)
     finally:

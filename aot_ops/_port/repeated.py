@@ -127,7 +127,7 @@ def inline_regions(module: torch.fx.GraphModule, _joint_inputs=None) -> torch.fx
     return module
 
 
-def _layer_of(node: torch.fx.Node) -> str | None:
+def layer_of(node: torch.fx.Node) -> str | None:
     """The outermost `<container>.<index>` module that torch.export says the node was traced in (`model.layers.7`
     for any node of that decoder layer), or None."""
     parts = module_of(node)[0].split(".")
@@ -151,25 +151,40 @@ def _needs_grad(module: torch.fx.GraphModule, placeholders: list[bool]) -> dict[
 
 
 def _regions(module: torch.fx.GraphModule, grad: dict[torch.fx.Node, bool]) -> list[_Region]:
-    """Each layer's nodes: every call from the layer's first node to its last (nodes torch.export attributed to no
-    module in between belong to it), where no other layer's node is among them and every call is a functional ATen
-    or custom operator."""
+    """Each layer's region (region_nodes), described."""
     nodes = list(module.graph.nodes)
-    spans: dict[str, list[int]] = OrderedDict()
-    for k, node in enumerate(nodes):
-        if node.op == "call_function":
-            path = _layer_of(node)
-            if path is not None:
-                spans.setdefault(path, [k, k])[1] = k
+    layers = [layer_of(n) if n.op == "call_function" else None for n in nodes]
     regions = []
-    for path, (first, last) in spans.items():
-        members = [n for n in nodes[first:last + 1] if n.op == "call_function"]
-        if len(members) < _MIN_NODES or any(_layer_of(n) not in (None, path) or not _functional(n) for n in members):
-            continue
-        region = _described(members, grad)
+    for path in OrderedDict.fromkeys(layers):
+        members = region_nodes(nodes, path, layers) if path is not None else []
+        region = _described(members, grad) if len(members) >= _MIN_NODES else None
         if region is not None:
             regions.append(region)
     return regions
+
+
+def region_nodes(nodes: list[torch.fx.Node], path: str, layers: list[str | None] | None = None,
+                 functional: bool = True) -> list[torch.fx.Node]:
+    """The calls of the layer at `path` among `nodes` (a graph's, in order): every call from the layer's first
+    node to its last (nodes torch.export attributed to no module in between belong to it); [] where another
+    layer's node is among them or (`functional`) a call is not a functional ATen or custom operator drawing no
+    random numbers. `layers`: each node's layer_of (None for a node that is no call), where the caller has them."""
+    if layers is None:
+        layers = [layer_of(n) if n.op == "call_function" else None for n in nodes]
+    at = [k for k, layer in enumerate(layers) if layer == path]
+    if not at:
+        return []
+    span = range(at[0], at[-1] + 1)
+    members = [nodes[k] for k in span if nodes[k].op == "call_function"]
+    if any(layers[k] not in (None, path) for k in span) or (functional and not all(map(_functional, members))):
+        return []
+    return members
+
+
+def describe_region(nodes: list[torch.fx.Node]) -> _Region | None:
+    """The region of `nodes` (region_nodes) described as with_repeated_regions compares layers, no input needing a
+    gradient; None where the rest of the graph reads none of its nodes."""
+    return _described(nodes, {})
 
 
 def _functional(node: torch.fx.Node) -> bool:
@@ -221,7 +236,7 @@ def _described(nodes: list[torch.fx.Node], grad: dict) -> _Region | None:
     outputs = [k for k, n in enumerate(nodes) if any(u not in members for u in n.users)]
     if not outputs:
         return None
-    shape = (calls, tuple(outputs), tuple((_value_shape(i), grad[i]) for i in inputs))
+    shape = (calls, tuple(outputs), tuple((_value_shape(i), grad.get(i, False)) for i in inputs))
     return _Region(nodes, inputs, outputs, shape)
 
 

@@ -1,0 +1,156 @@
+"""Alike layers exported as two and copied into the others' places (aot_ops/_port/layer_stack.py): the expanded graph
+computes what the whole export computes, for several decoder families; layers that differ are exported whole."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import transformers
+
+import aot_ops
+from aot_ops._port import layer_stack
+from aot_ops._port.export import Inputs, export
+from aot_ops._port.kv_cache import StaticCacheLM, _example
+from aot_ops.tools.random_checkpoint import write_random_checkpoint
+
+LENGTH = 16
+FAMILIES = {  # 4 layers: two exported, two copied
+    "llama": (transformers.LlamaConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                             num_key_value_heads=2, intermediate_size=128, vocab_size=100)),
+    "gpt2": (transformers.GPT2Config, dict(n_embd=64, n_layer=4, n_head=4, vocab_size=100, bos_token_id=1,
+                                           eos_token_id=2)),
+    "opt": (transformers.OPTConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, ffn_dim=128,
+                                         vocab_size=100, word_embed_proj_dim=64)),
+}
+
+
+def lm(kind, settings, **changes):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(kind(**settings, **changes)).eval()
+    return StaticCacheLM(model, 1, LENGTH, written_part=True).eval()
+
+
+def exported(wrapper, stack=None):
+    seq = torch.export.Dim("seq", min=1, max=LENGTH)
+    attended = torch.export.Dim("attended", min=1, max=LENGTH)
+    dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended}, "position_ids": {1: seq},
+               "cache_position": {0: seq}}
+    return export(wrapper, Inputs((), _example(1, LENGTH)), dynamic, training=False, backward=False,
+                  rewrite_in_place=True, stack=stack).program
+
+
+def prefill_then_step(program, vocab):
+    """Logits of a 5-token prompt, then of one token reading the cache every layer wrote, and the caches."""
+    module = program.module()
+    ids = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    outputs = [module(input_ids=ids[:, :5], attention_mask=torch.ones(1, 5, dtype=torch.long),
+                      position_ids=torch.arange(5)[None], cache_position=torch.arange(5)),
+               module(input_ids=ids[:, 5:], attention_mask=torch.ones(1, 6, dtype=torch.long),
+                      position_ids=torch.tensor([[5]]), cache_position=torch.tensor([5]))]
+    return outputs, {name: buffer.clone() for name, buffer in module.named_buffers() if "_cache_" in name}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_expanded_graph_computes_what_the_whole_export_does(family):
+    kind, settings = FAMILIES[family]
+    wrapper = lm(kind, settings)
+    stack = layer_stack.find(wrapper)
+    assert stack is not None and stack.count == 4
+    traced = []
+    real_export = torch.export.export
+
+    def spy(module, *args, **kwargs):
+        traced.append(len(stack.layers))
+        return real_export(module, *args, **kwargs)
+
+    whole = exported(wrapper)
+    torch.export.export = spy
+    try:
+        expanded = exported(wrapper, stack)
+    finally:
+        torch.export.export = real_export
+    assert traced == [layer_stack.SHALLOW]  # traced with two layers, not exported whole after
+    assert len(stack.layers) == 4  # given back
+    # the same inputs and outputs, in the same order: every layer's weights, every layer's cache writes
+    assert [(s.kind, s.target) for s in expanded.graph_signature.input_specs] == \
+        [(s.kind, s.target) for s in whole.graph_signature.input_specs]
+    assert [(s.kind, s.target) for s in expanded.graph_signature.output_specs] == \
+        [(s.kind, s.target) for s in whole.graph_signature.output_specs]
+    ours, our_caches = prefill_then_step(expanded, 100)
+    theirs, their_caches = prefill_then_step(whole, 100)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert our_caches.keys() == their_caches.keys() and len(our_caches) == 8
+    for name in their_caches:
+        assert their_caches[name].abs().sum() > 0, name  # written
+        assert torch.equal(our_caches[name], their_caches[name]), name
+    copied = [n for n in expanded.graph.nodes if layer_stack.layer_of(n) == f"{stack.path}.3"]
+    assert copied and all(dict(n.meta["nn_module_stack"]) for n in copied)  # errors name the copy's layer
+
+
+def test_layers_that_differ_are_exported_whole(caplog):
+    kind, settings = FAMILIES["llama"]
+    wrapper = lm(kind, settings)
+    wrapper.model.model.layers[2].self_attn.scaling *= 2  # one layer computing otherwise
+    with caplog.at_level(logging.DEBUG, logger="aot_ops._port.layer_stack"):
+        assert layer_stack.find(wrapper) is None
+    assert "layer 2 differs from layer 1 in self_attn:scaling" in caplog.text
+    # alternating sliding-window and full attention (Gemma 2): the configuration tells the layers apart
+    gemma = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+        vocab_size=100, head_dim=16, sliding_window=32))
+    assert layer_stack.find(gemma) is None
+
+
+def test_layers_the_graph_cannot_copy_are_exported_whole(caplog):
+    """Falcon's layers hold constants torch.export lifts per layer: found alike, refused on the graph, exported
+    whole (the same graph as without the stack)."""
+    wrapper = lm(transformers.FalconConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                                  vocab_size=100, new_decoder_architecture=False, multi_query=True))
+    stack = layer_stack.find(wrapper)
+    assert stack is not None
+    with caplog.at_level(logging.DEBUG, logger="aot_ops._port.export"):
+        program = exported(wrapper, stack)
+    assert "cannot be copied: layer 1 reads" in caplog.text
+    assert len(stack.layers) == 4
+    ours, _ = prefill_then_step(program, 100)
+    theirs, _ = prefill_then_step(exported(wrapper), 100)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_a_layer_tensor_is_named_by_its_index():
+    naming = layer_stack._indexed_name("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
+    assert naming(7) == "model.layers.7.mlp.up_proj.weight"
+    assert layer_stack._indexed_name("key_cache_0", "key_cache_1")(12) == "key_cache_12"
+    assert layer_stack._indexed_name("h.0.b.0", "h.1.b.1") is None  # two numbers change: not one index
+    assert layer_stack._indexed_name("h.0.w", "h.2.w") is None
+    assert layer_stack._indexed_name("h.0.w", "g.1.w") is None
+
+
+def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOT_OPS_PORT_CACHE", "0")
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=5, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=128, vocab_size=300,
+                                      initializer_range=0.3)
+    folder = write_random_checkpoint(tmp_path / "llama", config, dtype=torch.float32)
+    traced = []
+    real_export = torch.export.export
+
+    def spy(module, *args, **kwargs):
+        traced.append(len(module.model.model.layers))
+        return real_export(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "export", spy)
+    ported = aot_ops.from_pretrained(folder, max_length=20)
+    assert traced == [layer_stack.SHALLOW]
+    ids = torch.randint(2, 300, (1, 6), generator=torch.Generator().manual_seed(0))
+    from support import to_ms, to_torch
+
+    tokens = to_torch(aot_ops.generate(ported, to_ms(ids), max_new_tokens=8))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                                      pad_token_id=0)
+    assert tokens.tolist() == expected.tolist()
+    assert len(set(tokens[0, 6:].tolist())) > 2

@@ -1,5 +1,8 @@
 """Alike layers exported as two and copied into the others' places (aot_ops/_port/layer_stack.py): the expanded graph
-computes what the whole export computes, for several decoder families; layers that differ are exported whole."""
+computes what the whole export computes, for several decoder families; layers that differ are exported whole.
+(Checked the same way once, beyond the suite: Mistral, Qwen3, Gemma, Phi-3, GPT-NeoX, StableLM, OLMo, OLMo 2,
+Cohere, Starcoder2, GPT-J, CodeGen, Falcon's new architecture, Granite equal; GPT-Neo's local/global layers,
+Qwen2's sliding-window layers and Mixtral's routed experts exported whole.)"""
 from __future__ import annotations
 
 import logging
@@ -22,6 +25,7 @@ FAMILIES = {  # 4 layers: two exported, two copied
                                            eos_token_id=2)),
     "opt": (transformers.OPTConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, ffn_dim=128,
                                          vocab_size=100, word_embed_proj_dim=64)),
+    "bloom": (transformers.BloomConfig, dict(hidden_size=64, n_layer=4, n_head=4, vocab_size=100)),  # ALiBi
 }
 
 

@@ -158,3 +158,21 @@ def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, mon
                                       pad_token_id=0)
     assert tokens.tolist() == expected.tolist()
     assert len(set(tokens[0, 6:].tolist())) > 2
+
+
+def test_a_failure_of_the_copying_itself_exports_whole(monkeypatch, caplog):
+    """An error the copying does not expect (a bug, or a graph it was not written for) costs the whole export, not
+    the port, and is logged as a warning."""
+    kind, settings = FAMILIES["llama"]
+    wrapper = lm(kind, settings)
+    stack = layer_stack.find(wrapper)
+
+    def broken(*args):
+        raise KeyError("unexpected")
+
+    monkeypatch.setattr(layer_stack, "expand", broken)
+    with caplog.at_level(logging.WARNING, logger="aot_ops._port.export"):
+        program = exported(wrapper, stack)
+    assert "copying its layers at model.model.layers failed (KeyError" in caplog.text
+    assert len(stack.layers) == 4
+    assert sum(1 for s in program.graph_signature.output_specs if s.target and "_cache_" in s.target) == 8

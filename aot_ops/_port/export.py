@@ -141,6 +141,9 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
             # make: either way the whole export says which)
             log.debug("%s exported whole: its %d layers at %s cannot be copied: %s", type(model).__name__,
                       stack.count, stack.path, exc)
+        except Exception as exc:  # noqa: BLE001 - a case the copying does not know: the whole export is right
+            log.warning("%s exported whole: copying its layers at %s failed (%s: %s); please report it",
+                        type(model).__name__, stack.path, type(exc).__name__, exc)
     was_training = model.training
     model.train(training)
     try:

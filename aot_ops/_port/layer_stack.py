@@ -35,6 +35,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
                                           TensorArgument)
 
 from .._core.torch_private import HigherOrderOperator, OpOverload, detect_fake_mode
+from ..errors import Error
 from .repeated import describe_region, layer_of, region_nodes
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ log = logging.getLogger(__name__)
 SHALLOW = 2  # layers exported: layer 0 and the layer every later one is copied from
 
 
-class NotExpandable(Exception):
-    """The exported layers cannot be copied into the others' places (the reason): the module is exported whole."""
+class NotExpandable(Error):
+    """The exported layers cannot be copied into the others' places (the reason): the module is exported whole.
+    (Caught inside the port: no caller sees it.)"""
 
 
 @dataclass

@@ -14,11 +14,13 @@ torch.export would have traced them. It is done only where the copies are what t
   (`layer_types`, ...) say the same of each of them;
 - expanded (`expand`): the two exported layers are the same computation (repeated.py's comparison: operators,
   constants, wiring, input sizes and dtypes); each is one run of nodes, nothing between them; what layer 1 reads
-  is what layer 0 reads, a value of layer 0 (the hidden state passed on), or its own state, named as layer 0's
-  with its index (`model.layers.1.mlp.up_proj.weight`, `key_cache_1`); what is read of layer 1 after it is read of
-  the last layer, and its cache writes are each layer's.
+  is what layer 0 reads, a value of layer 0 (the hidden state passed on), a value made for each layer by the same
+  expression (each cache's write position), or its own state, named as layer 0's with its index
+  (`model.layers.1.mlp.up_proj.weight`, `key_cache_1`); what is read of layer 1 after it is read of the last
+  layer, and its cache writes are each layer's.
 Anything else raises NotExpandable, and the module is exported whole (export.py). tests/test_layer_stack.py
-compares the expanded graph with the whole export, node by node, for several model families.
+checks, for several model families, that the expanded graph has the whole export's inputs and outputs in order and
+computes its logits and cache writes bit for bit.
 """
 from __future__ import annotations
 
@@ -97,7 +99,8 @@ def expand(program: ExportedProgram, stack: LayerStack, module: torch.nn.Module)
     """Writes layers SHALLOW..N-1 into `program` (exported under `shallow(stack)`, functional), in place: their
     nodes, their weights' placeholders (in the order a whole export has them), their cache writes. Raises
     NotExpandable, the program unchanged, where the copies would not be what a whole export gives."""
-    template = _Template.of(program, stack, module)
+    state = dict([*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)])
+    template = _Template.of(program, stack, state)
     graph = program.graph
     new_specs: list[InputSpec] = []
     new_outputs: list[tuple[torch.fx.Node, OutputSpec]] = []
@@ -119,7 +122,7 @@ def expand(program: ExportedProgram, stack: LayerStack, module: torch.nn.Module)
     for user, at in template.later_reads:
         user.replace_input_with(template.nodes[at], previous[at])
     _set_outputs(program, template.writes, new_outputs)
-    _set_inputs(program, new_specs, module)
+    _set_inputs(program, new_specs, state)
     graph.lint()
     program.graph_module.recompile()
 
@@ -139,11 +142,13 @@ class _Template:
     placeholders: dict[str, torch.fx.Node]  # by target
 
     @classmethod
-    def of(cls, program: ExportedProgram, stack: LayerStack, module: torch.nn.Module) -> "_Template":
-        """Layer 1's template, checked against layer 0 (raises NotExpandable)."""
+    def of(cls, program: ExportedProgram, stack: LayerStack, state: dict[str, torch.Tensor]) -> "_Template":
+        """Layer 1's template, checked against layer 0 (raises NotExpandable); `state`: the whole module's
+        parameters and buffers by name."""
         nodes = list(program.graph.nodes)
         position = {node: k for k, node in enumerate(nodes)}
-        first, second = (region_nodes(nodes, f"{stack.path}.{k}", functional=False) for k in range(SHALLOW))
+        layers = [layer_of(n) if n.op == "call_function" else None for n in nodes]
+        first, second = (region_nodes(nodes, f"{stack.path}.{k}", layers, functional=False) for k in range(SHALLOW))
         if not first or not second:
             raise NotExpandable("the exported graph does not hold both layers as runs of nodes")
         if any(isinstance(n.target, HigherOrderOperator)
@@ -159,7 +164,7 @@ class _Template:
             raise NotExpandable("the exported inputs do not begin with the module's state")
         specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs
                  if isinstance(spec.arg, TensorArgument)}
-        wiring = _wiring(zeroth.inputs, layer.inputs, first, specs, _state_names(module), stack.count)
+        wiring = _wiring(zeroth.inputs, layer.inputs, first, specs, state, stack.count)
         output_node = nodes[-1]
         members0, members1 = set(first), set(second)
         later_reads = []
@@ -204,7 +209,7 @@ class _Template:
 
 
 def _wiring(inputs0: list[torch.fx.Node], inputs1: list[torch.fx.Node], first: list[torch.fx.Node],
-            specs: dict[str, InputSpec], state: set[str], count: int) -> list[tuple[str, Any]]:
+            specs: dict[str, InputSpec], state: dict[str, torch.Tensor], count: int) -> list[tuple[str, Any]]:
     """How layer 1 reads each of its inputs, from what layer 0 reads in the same place (_Template's `wiring`)."""
     members0 = set(first)
     memo: dict[torch.fx.Node, Any] = {}
@@ -228,11 +233,6 @@ def _wiring(inputs0: list[torch.fx.Node], inputs1: list[torch.fx.Node], first: l
         else:
             raise NotExpandable(f"layer 1 reads {value1.name} where layer 0 reads {value0.name}")
     return wiring
-
-
-def _state_names(module: torch.nn.Module) -> set[str]:
-    return {name for name, _ in [*module.named_parameters(remove_duplicate=False),
-                                 *module.named_buffers(remove_duplicate=False)]}
 
 
 def _counting_config(module: torch.nn.Module, count: int):
@@ -355,8 +355,7 @@ def _placeholder(graph: torch.fx.Graph, like: torch.fx.Node, spec: InputSpec, ta
                  new_specs: list[InputSpec]) -> torch.fx.Node:
     """A placeholder for a later layer's `target` (its spec added to `new_specs`), its value a fake tensor like
     layer 1's; _set_inputs puts it in its place."""
-    last = [n for n in graph.nodes if n.op == "placeholder"][-1]
-    with graph.inserting_after(last):
+    with graph.inserting_before(next(iter(graph.nodes))):
         node = graph.placeholder(("p_" if spec.kind is InputKind.PARAMETER else "b_")
                                  + re.sub(r"\W", "_", target).lower())
     value = like.meta["val"]
@@ -397,18 +396,17 @@ def _set_outputs(program: ExportedProgram, writes, new_outputs) -> None:
     program._graph_signature = ExportGraphSignature(list(program.graph_signature.input_specs), specs)
 
 
-def _set_inputs(program, new_specs: list[InputSpec], module: torch.nn.Module) -> None:
+def _set_inputs(program, new_specs: list[InputSpec], state: dict[str, torch.Tensor]) -> None:
     """The copies' weights and buffers among the inputs in the order a whole export gives them: first the module's
     parameters then its buffers, each in the module's own order (`_state_first` checked that the export begins
     with them); the placeholders moved to match."""
     if not new_specs:
         return
-    order = {name: k for k, (name, _) in enumerate([*module.named_parameters(remove_duplicate=False),
-                                                    *module.named_buffers(remove_duplicate=False)])}
+    order = {name: k for k, name in enumerate(state)}
     specs = list(program.graph_signature.input_specs) + new_specs
-    state = sorted((s for s in specs if s.kind in _STATE), key=lambda s: (s.kind is InputKind.BUFFER,
-                                                                         order.get(s.target, len(order))))
-    specs = state + [s for s in specs if s.kind not in _STATE]
+    held = sorted((s for s in specs if s.kind in _STATE), key=lambda s: (s.kind is InputKind.BUFFER,
+                                                                        order.get(s.target, len(order))))
+    specs = held + [s for s in specs if s.kind not in _STATE]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     anchor = None
     for spec in specs:
@@ -422,7 +420,7 @@ def _set_inputs(program, new_specs: list[InputSpec], module: torch.nn.Module) ->
         anchor = node
     program._graph_signature = ExportGraphSignature(specs, list(program.graph_signature.output_specs))
     for spec in new_specs:  # (what program.module() runs with; the port takes the module's tensors)
-        tensor = _state_tensor(module, spec.target)
+        tensor = state[spec.target]
         if spec.kind is InputKind.PARAMETER or spec.persistent:
             program._state_dict[spec.target] = tensor
         else:
@@ -437,8 +435,3 @@ def _state_first(specs) -> bool:
     kinds = [s.kind in _STATE for s in specs]
     return kinds == sorted(kinds, reverse=True)
 
-
-def _state_tensor(module: torch.nn.Module, target: str) -> torch.Tensor:
-    path, _, name = target.rpartition(".")
-    owner = module.get_submodule(path)
-    return owner._parameters.get(name) if name in owner._parameters else owner._buffers[name]

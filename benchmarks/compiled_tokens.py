@@ -6,8 +6,9 @@ torch.compile's (Inductor) on the same model and the same static-cache step.
 The model is decode.py's 1.1B Llama shape in bfloat16 (random weights), its prompt of 16 tokens. Printed: the new
 tokens of transformers' `generate` (eager, dynamic cache), of the static-cache wrapper the port exports run eagerly
 and compiled by torch.compile (Inductor, static shapes: the prompt eager, each one-token step compiled), of the
-same wrapper attending to the positions written, compiled with their number dynamic (what the port compiles), of
-the compiled port and of the fused port; where each first differs from eager; and, up to where
+same wrapper attending to the positions written, compiled with their number dynamic, then also with the Inductor
+settings the port gives a half-precision program (its one-row matrix products as Inductor's own loops: what the port
+compiles), of the compiled port and of the fused port; where each first differs from eager; and, up to where each
 torch.compile's tokens first differ from the eager step's, each step's margin between the two best logits against
 the largest difference torch.compile makes to the logits.
 """
@@ -24,7 +25,10 @@ import decode  # noqa: E402 - the benchmark's model and prompt
 
 import aot_ops  # noqa: E402
 from aot_ops._core.convert import to_ms, to_torch  # noqa: E402
+from aot_ops._port.compiled import HALF_PRECISION_MATVEC_CONFIGS  # noqa: E402
 from aot_ops._port.kv_cache import StaticCacheLM  # noqa: E402
+
+SETTINGS_ROW = "written part, the port's Inductor settings"
 
 
 def margin(logits: torch.Tensor) -> float:
@@ -80,21 +84,32 @@ def main(argv=None):
     written = StaticCacheLM(model, 1, prompt + new, written_part=True).eval()
     rows["written part, torch.compile"], _ = static_cache_decoding(written, torch.compile(written, fullgraph=True),
                                                                    ids, mask, new)
+    # ... and with the Inductor settings the port gives a half-precision inference program (its matrix-vector
+    # products as Inductor's own loops: compiled.HALF_PRECISION_MATVEC_CONFIGS)
+    torch._dynamo.reset()
+    port_settings = torch.compile(written, fullgraph=True, options=HALF_PRECISION_MATVEC_CONFIGS)
+    rows[SETTINGS_ROW], settings_logits = static_cache_decoding(written, port_settings, ids, mask, new)
     for fuse, name in (("compile", "port, fuse='compile'"), (True, "port, fuse=True")):
         lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=prompt + new, fuse=fuse)
         out = aot_ops.generate(lm, to_ms(ids), attention_mask=to_ms(mask), max_new_tokens=new)
         rows[name] = to_torch(out)[0, prompt:].tolist()
     reference = rows["generate (eager, dynamic cache)"]
     for name, tokens in rows.items():
-        print(f"{name:<36} first differs from eager at new token {first_difference(tokens, reference)}; "
+        print(f"{name:<44} first differs from eager at new token {first_difference(tokens, reference)}; "
               f"from torch.compile at {first_difference(tokens, rows['static-cache step, torch.compile'])}, "
-              f"from torch.compile of the written part at {first_difference(tokens, rows['written part, torch.compile'])}")
+              f"from torch.compile of the written part at {first_difference(tokens, rows['written part, torch.compile'])}, "
+              f"from the port's Inductor settings at {first_difference(tokens, rows[SETTINGS_ROW])}")
         print(f"    {tokens}")
     diverged = first_difference(rows["static-cache step, torch.compile"], rows["static-cache step, eager"])
     for i in range(new if diverged is None else diverged + 1):  # (after it the two decode different sequences)
         difference = float((compiled_logits[i].float() - eager_logits[i].float()).abs().max())
         print(f"new token {i}: eager's two best logits {margin(eager.logits[i]):.4f} apart, torch.compile's "
               f"{margin(compiled_logits[i]):.4f}; torch.compile's logits differ from eager's by up to {difference:.4f}")
+    diverged = first_difference(rows[SETTINGS_ROW], rows["static-cache step, eager"])
+    for i in range(new if diverged is None else diverged + 1):
+        difference = float((settings_logits[i].float() - eager_logits[i].float()).abs().max())
+        print(f"new token {i}: eager's two best logits {margin(eager_logits[i]):.4f} apart, with the port's Inductor "
+              f"settings {margin(settings_logits[i]):.4f}; its logits differ from eager's by up to {difference:.4f}")
 
 
 if __name__ == "__main__":

@@ -240,3 +240,40 @@ def test_a_compiled_program_refuses_inputs_it_was_not_compiled_for(mode, shared_
     with pytest.raises(RuntimeError, match=r"input 4 is Double of shape \[5, 7\]; the program was compiled for Float"):
         to_torch(operator(*weights, to_ms(x.double())))
     torch.testing.assert_close(to_torch(operator(*weights, to_ms(x))), model(x).detach(), rtol=1e-5, atol=1e-6)
+
+
+class Projections(nn.Module):
+    """Two linear layers with and without a bias: a decoding step's matrix products in miniature."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(64, 96), nn.Linear(96, 40, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_a_half_precision_evaluation_program_multiplies_one_row_in_inductor_loops(aot_cache):
+    """Batch 1 in bfloat16, a decoding step's shape: the inference program is compiled with Inductor's decomposition
+    of one-row matrix products (HALF_PRECISION_MATVEC_CONFIGS: Inductor's loops stream the weights faster than
+    ATen's bfloat16 product), both products decomposed, the result within bfloat16 rounding of torch eager's. The
+    same network in float32 keeps Inductor's defaults (its products stay ATen's)."""
+    from torch._dynamo.utils import counters
+
+    from aot_ops._port.compiled import HALF_PRECISION_MATVEC_CONFIGS, inference_configs
+
+    torch.manual_seed(5)
+    model, x = Projections().to(torch.bfloat16).eval(), torch.randn(1, 64, dtype=torch.bfloat16)
+    counters["inductor"].clear()
+    cell = port_compiled(model, (x,))
+    (programs,) = cell.mode_programs.values()
+    assert programs.fused.sources["inference"].configs == HALF_PRECISION_MATVEC_CONFIGS
+    assert counters["inductor"]["decompose_addmm"] == 1 and counters["inductor"]["decompose_mm"] == 1, counters
+    out = to_torch(cell(to_ms(x)))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, model(x).detach(), rtol=1.6e-2, atol=1e-2)
+
+    exported = torch.export.export(Projections().eval(), (x.float(),)).run_decompositions({})
+    assert inference_configs(exported.graph_module) == {}
+    assert inference_configs(torch.export.export(model, (x,)).run_decompositions({}).graph_module) \
+        == HALF_PRECISION_MATVEC_CONFIGS

@@ -62,6 +62,30 @@ FORMAT = 1
 TRAINING_CONFIGS: dict = {"layout_optimization": False}
 
 
+# Inductor settings of an inference program whose matrix products are in half precision. A decoding step of one
+# sequence multiplies one row by each weight: ATen's bfloat16 product (oneDNN) reads the weights at about 28 GB/s
+# on the 2-core reference machine, where Inductor's own loop of products summed in float32 streams them at about
+# 37 GB/s (a bfloat16 sum: 41 GB/s; docs/performance.md). Inductor has that rewrite as its "decompose_mm_pass",
+# which on the CPU takes products of one row only (statically 1: a batch of one) and of weights up to 2,048 wide
+# unless told otherwise; any width here. Its sums round as Inductor's loops do, not as oneDNN's blocks (one
+# output in about 2,800 differs by one bfloat16 step): as every fused kernel of a compiled program does.
+HALF_PRECISION_MATVEC_CONFIGS: dict = {"post_grad_fusion_options": {"decompose_mm_pass": {
+    "cpu_max_first_dimension_decomposition": 1, "cpu_max_other_dimension_decomposition": 2 ** 62}}}
+_MATRIX_PRODUCTS = {torch.ops.aten.linear.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                    torch.ops.aten.matmul.default}
+
+
+def inference_configs(module: torch.fx.GraphModule) -> dict:
+    """Inductor settings of an inference program: HALF_PRECISION_MATVEC_CONFIGS where a matrix product of the
+    graph is in half precision, else Inductor's defaults."""
+    for node in module.graph.nodes:
+        if node.op == "call_function" and node.target in _MATRIX_PRODUCTS:
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16):
+                return HALF_PRECISION_MATVEC_CONFIGS
+    return {}
+
+
 class CompileFallbackWarning(UserWarning):
     """A graph of a cell ported with fuse="compile" did not compile and runs interpreted (as fuse=True)."""
 

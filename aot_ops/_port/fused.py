@@ -25,7 +25,7 @@ from torch.export.graph_signature import InputKind
 from .._aten.sizes import from_sympy
 from .._core.torch_private import detect_fake_mode, repeated_regions_traced_once
 from .buffer_writes import written_in_place
-from .compiled import TRAINING_CONFIGS, GraphSource
+from .compiled import TRAINING_CONFIGS, GraphSource, inference_configs
 from .errors import PortError, raised_by_aot_ops
 from .fake import mode_of
 from .graph import Graph, bind_symbols, read_module
@@ -342,7 +342,8 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
             fused.constants[_program_input(spec).name] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
     fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), picks,
-                                             _examples(nodes, placeholders, folded), writes=package_writes)
+                                             _examples(nodes, placeholders, folded),
+                                             configs=inference_configs(program.graph_module), writes=package_writes)
 
 
 def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:

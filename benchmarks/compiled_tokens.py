@@ -63,6 +63,18 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
+def print_margins(label: str, tokens: list[int], logits: list[torch.Tensor], eager_tokens: list[int],
+                  eager_logits: list[torch.Tensor], eager_margins) -> None:
+    """Up to where `tokens` first differ from the eager step's `eager_tokens` (after it the two decode different
+    sequences): each step's margin between the two best logits, eager's (of `eager_margins`) and `label`'s, and the
+    largest difference `label` makes to the eager step's logits."""
+    diverged = first_difference(tokens, eager_tokens)
+    for i in range(len(tokens) if diverged is None else diverged + 1):
+        difference = float((logits[i].float() - eager_logits[i].float()).abs().max())
+        print(f"new token {i}: eager's two best logits {margin(eager_margins[i]):.4f} apart, {label}: "
+              f"{margin(logits[i]):.4f}; {label} differs from eager's logits by up to {difference:.4f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--new", type=int, default=32, help="new tokens (default 32)")
@@ -100,16 +112,11 @@ def main(argv=None):
               f"from torch.compile of the written part at {first_difference(tokens, rows['written part, torch.compile'])}, "
               f"from the port's Inductor settings at {first_difference(tokens, rows[SETTINGS_ROW])}")
         print(f"    {tokens}")
-    diverged = first_difference(rows["static-cache step, torch.compile"], rows["static-cache step, eager"])
-    for i in range(new if diverged is None else diverged + 1):  # (after it the two decode different sequences)
-        difference = float((compiled_logits[i].float() - eager_logits[i].float()).abs().max())
-        print(f"new token {i}: eager's two best logits {margin(eager.logits[i]):.4f} apart, torch.compile's "
-              f"{margin(compiled_logits[i]):.4f}; torch.compile's logits differ from eager's by up to {difference:.4f}")
-    diverged = first_difference(rows[SETTINGS_ROW], rows["static-cache step, eager"])
-    for i in range(new if diverged is None else diverged + 1):
-        difference = float((settings_logits[i].float() - eager_logits[i].float()).abs().max())
-        print(f"new token {i}: eager's two best logits {margin(eager_logits[i]):.4f} apart, with the port's Inductor "
-              f"settings {margin(settings_logits[i]):.4f}; its logits differ from eager's by up to {difference:.4f}")
+    eager_step = rows["static-cache step, eager"]
+    print_margins("torch.compile", rows["static-cache step, torch.compile"], compiled_logits, eager_step,
+                  eager_logits, eager.logits)
+    print_margins("the port's Inductor settings", rows[SETTINGS_ROW], settings_logits, eager_step, eager_logits,
+                  eager_logits)
 
 
 if __name__ == "__main__":

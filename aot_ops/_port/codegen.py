@@ -9,7 +9,6 @@ source in a real, importable file. The file holds one class, a subclass of Porte
 """
 from __future__ import annotations
 
-import keyword
 import math
 from typing import Any, Callable
 
@@ -423,7 +422,3 @@ def _wrap(line: str, indent: str) -> list[str]:
         start = b
     lines.append(current.rstrip())
     return lines
-
-
-def is_identifier(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name)

@@ -1,11 +1,10 @@
-"""Alike layers exported as two and copied into the others' places (aot_ops/_port/layer_stack.py): the expanded graph
-computes what the whole export computes, for several decoder families; layers that differ are exported whole.
+"""Alike layers exported as two and copied into the others' places (aot_ops/_port/layer_stack.py, layer_copies.py):
+the expanded graph computes what the whole export computes, for several decoder families; layers that differ are
+exported whole; the user's module and configuration are never changed.
 (Checked the same way once, beyond the suite: Mistral, Qwen3, Gemma, Phi-3, GPT-NeoX, StableLM, OLMo, OLMo 2,
 Cohere, Starcoder2, GPT-J, CodeGen, Falcon's new architecture, Granite equal; GPT-Neo's local/global layers,
 Qwen2's sliding-window layers and Mixtral's routed experts exported whole.)"""
 from __future__ import annotations
-
-import logging
 
 import pytest
 import torch
@@ -13,8 +12,10 @@ import transformers
 
 import aot_ops
 from aot_ops._port import layer_stack
+from aot_ops._port.layer_copies import SHALLOW, indexed_name
+from aot_ops._port.layers import layer_of
 from aot_ops._port.export import Inputs, export
-from aot_ops._port.kv_cache import StaticCacheLM, _example
+from aot_ops._port.kv_cache import StaticCacheLM, example_inputs
 from aot_ops.tools.random_checkpoint import write_random_checkpoint
 
 LENGTH = 16
@@ -35,13 +36,25 @@ def lm(kind, settings, **changes):
     return StaticCacheLM(model, 1, LENGTH, written_part=True).eval()
 
 
-def exported(wrapper, stack=None):
+def exporting(wrapper):
+    """export.py's export of a module with the inputs and dynamic sizes of from_torch_lm's wrapper."""
     seq = torch.export.Dim("seq", min=1, max=LENGTH)
     attended = torch.export.Dim("attended", min=1, max=LENGTH)
     dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended}, "position_ids": {1: seq},
                "cache_position": {0: seq}}
-    return export(wrapper, Inputs((), _example(1, LENGTH)), dynamic, training=False, backward=False,
-                  rewrite_in_place=True, stack=stack).program
+    return lambda module: export(module, Inputs((), example_inputs(1, LENGTH)), dynamic, training=False,
+                                 backward=False, rewrite_in_place=True)
+
+
+def whole(wrapper):
+    return exporting(wrapper)(wrapper).program
+
+
+def fingerprint(wrapper):
+    """What the port must leave as it was: the module tree, the stack's length, the configuration's count."""
+    config = wrapper.model.config
+    return ([(name, type(m)) for name, m in wrapper.named_modules()], config.num_hidden_layers,
+            {k: id(v) for k, v in wrapper.state_dict(keep_vars=True).items()})
 
 
 def prefill_then_step(program, vocab):
@@ -59,74 +72,87 @@ def prefill_then_step(program, vocab):
 def test_the_expanded_graph_computes_what_the_whole_export_does(family, monkeypatch):
     kind, settings = FAMILIES[family]
     wrapper = lm(kind, settings)
-    stack = layer_stack.find(wrapper)
-    assert stack is not None and stack.count == 4
-    whole = exported(wrapper)
+    stack, why_none = layer_stack.search(wrapper)
+    assert stack is not None and stack.count == 4, why_none
+    reference = whole(wrapper)
+    before = fingerprint(wrapper)
     traced = []
     real_export = torch.export.export
 
     def spy(module, *args, **kwargs):
-        traced.append(len(stack.layers))
+        traced.append((len(module.get_submodule(stack.path)), module.model.config.num_hidden_layers,
+                       fingerprint(wrapper)))
         return real_export(module, *args, **kwargs)
 
     monkeypatch.setattr(torch.export, "export", spy)
-    expanded = exported(wrapper, stack)
-    assert traced == [layer_stack.SHALLOW]  # traced with two layers, not exported whole after
-    assert len(stack.layers) == 4  # given back
+    outcome = layer_stack.export_as_two(wrapper, stack, exporting(wrapper))
+    assert outcome.expanded and outcome.why_whole is None
+    expanded = outcome.exported.program
+    # traced once, a copy with two layers counted as two, while the user's module stayed as it was
+    assert traced == [(SHALLOW, SHALLOW, before)]
+    assert fingerprint(wrapper) == before
     # the same inputs and outputs, in the same order: every layer's weights, every layer's cache writes
     assert [(s.kind, s.target) for s in expanded.graph_signature.input_specs] == \
-        [(s.kind, s.target) for s in whole.graph_signature.input_specs]
+        [(s.kind, s.target) for s in reference.graph_signature.input_specs]
     assert [(s.kind, s.target) for s in expanded.graph_signature.output_specs] == \
-        [(s.kind, s.target) for s in whole.graph_signature.output_specs]
+        [(s.kind, s.target) for s in reference.graph_signature.output_specs]
     ours, our_caches = prefill_then_step(expanded, 100)
-    theirs, their_caches = prefill_then_step(whole, 100)
+    theirs, their_caches = prefill_then_step(reference, 100)
     for a, b in zip(ours, theirs):
         assert torch.equal(a, b)
     assert our_caches.keys() == their_caches.keys() and len(our_caches) == 8
     for name in their_caches:
         assert their_caches[name].abs().sum() > 0, name  # written
         assert torch.equal(our_caches[name], their_caches[name]), name
-    copied = [n for n in expanded.graph.nodes if layer_stack.layer_of(n) == f"{stack.path}.3"]
+    copied = [n for n in expanded.graph.nodes if layer_of(n) == f"{stack.path}.3"]
     assert copied and all(dict(n.meta["nn_module_stack"]) for n in copied)  # errors name the copy's layer
 
 
-def test_layers_that_differ_are_exported_whole(caplog):
+def test_layers_that_differ_are_exported_whole():
     kind, settings = FAMILIES["llama"]
     wrapper = lm(kind, settings)
     wrapper.model.model.layers[2].self_attn.scaling *= 2  # one layer computing otherwise
-    with caplog.at_level(logging.DEBUG, logger="aot_ops._port.layer_stack"):
-        assert layer_stack.find(wrapper) is None
-    assert "layer 2 differs from layer 1 in self_attn:scaling" in caplog.text
-    # alternating sliding-window and full attention (Gemma 2): the configuration tells the layers apart
+    stack, why_none = layer_stack.search(wrapper)
+    assert stack is None and "layer 2 differs from layer 1 in self_attn:scaling" in why_none
+    # alternating sliding-window and full attention (Gemma 2): layers told apart by their type
     gemma = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
         vocab_size=100, head_dim=16, sliding_window=32))
-    assert layer_stack.find(gemma) is None
+    stack, why_none = layer_stack.search(gemma)
+    assert stack is None and "layer_type" in why_none  # each layer's attention type, from the configuration
 
 
-def test_layers_the_graph_cannot_copy_are_exported_whole(caplog):
-    """Falcon's layers hold constants torch.export lifts per layer: found alike, refused on the graph, exported
-    whole (the same graph as without the stack)."""
+def test_layers_the_graph_cannot_copy_are_exported_whole():
+    """Falcon's layers hold constants torch.export lifts per layer: found alike, refused on the graph: the outcome
+    says so, and the port exports the module whole (the same graph as without the stack)."""
     wrapper = lm(transformers.FalconConfig, dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                                                   vocab_size=100, new_decoder_architecture=False, multi_query=True))
-    stack = layer_stack.find(wrapper)
+    stack, _ = layer_stack.search(wrapper)
     assert stack is not None
-    with caplog.at_level(logging.DEBUG, logger="aot_ops._port.export"):
-        program = exported(wrapper, stack)
-    assert "cannot be copied: layer 1 reads" in caplog.text
-    assert len(stack.layers) == 4
-    ours, _ = prefill_then_step(program, 100)
-    theirs, _ = prefill_then_step(exported(wrapper), 100)
-    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    before = fingerprint(wrapper)
+    outcome = layer_stack.export_as_two(wrapper, stack, exporting(wrapper))
+    assert not outcome.expanded and "cannot be copied: layer 1 reads" in outcome.why_whole
+    assert fingerprint(wrapper) == before
+    # the port then exports it whole: the cell computes the wrapper's logits
+    from support import to_ms, to_torch
+
+    from aot_ops._port import port
+
+    example = example_inputs(1, LENGTH)
+    ported = port(wrapper, (), example, no_training="generation only", export_two_layers=True, jit=False)
+    logits = to_torch(ported(**{k: to_ms(v) for k, v in example.items()}))
+    with torch.no_grad():
+        torch.testing.assert_close(logits, wrapper(**example), rtol=1e-5, atol=1e-5)
+    assert fingerprint(wrapper) == before
 
 
 def test_a_layer_tensor_is_named_by_its_index():
-    naming = layer_stack._indexed_name("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
+    naming = indexed_name("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
     assert naming(7) == "model.layers.7.mlp.up_proj.weight"
-    assert layer_stack._indexed_name("key_cache_0", "key_cache_1")(12) == "key_cache_12"
-    assert layer_stack._indexed_name("h.0.b.0", "h.1.b.1") is None  # two numbers change: not one index
-    assert layer_stack._indexed_name("h.0.w", "h.2.w") is None
-    assert layer_stack._indexed_name("h.0.w", "g.1.w") is None
+    assert indexed_name("key_cache_0", "key_cache_1")(12) == "key_cache_12"
+    assert indexed_name("h.0.b.0", "h.1.b.1") is None  # two numbers change: not one index
+    assert indexed_name("h.0.w", "h.2.w") is None
+    assert indexed_name("h.0.w", "g.1.w") is None
 
 
 def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, monkeypatch):
@@ -144,7 +170,7 @@ def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, mon
 
     monkeypatch.setattr(torch.export, "export", spy)
     ported = aot_ops.from_pretrained(folder, max_length=20)
-    assert traced == [layer_stack.SHALLOW]
+    assert traced == [SHALLOW]
     ids = torch.randint(2, 300, (1, 6), generator=torch.Generator().manual_seed(0))
     from support import to_ms, to_torch
 
@@ -157,19 +183,20 @@ def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, mon
     assert len(set(tokens[0, 6:].tolist())) > 2
 
 
-def test_a_failure_of_the_copying_itself_exports_whole(monkeypatch, caplog):
-    """An error the copying does not expect (a bug, or a graph it was not written for) costs the whole export, not
-    the port, and is logged as a warning."""
+def test_a_failure_of_the_copying_itself_is_raised_as_it_is(monkeypatch):
+    """An error the copying does not expect (a bug, or a graph it was not written for) is raised with its own type
+    and traceback: only NotExpandable means "export the module whole"."""
+    import aot_ops._port.layer_stack as stage
+
     kind, settings = FAMILIES["llama"]
     wrapper = lm(kind, settings)
-    stack = layer_stack.find(wrapper)
+    stack, _ = layer_stack.search(wrapper)
+    before = fingerprint(wrapper)
 
     def broken(*args):
         raise KeyError("unexpected")
 
-    monkeypatch.setattr(layer_stack, "expand", broken)
-    with caplog.at_level(logging.WARNING, logger="aot_ops._port.export"):
-        program = exported(wrapper, stack)
-    assert "copying its layers at model.model.layers failed (KeyError" in caplog.text
-    assert len(stack.layers) == 4
-    assert sum(1 for s in program.graph_signature.output_specs if s.target and "_cache_" in s.target) == 8
+    monkeypatch.setattr(stage, "expand", broken)
+    with pytest.raises(KeyError, match="unexpected"):
+        layer_stack.export_as_two(wrapper, stack, exporting(wrapper))
+    assert fingerprint(wrapper) == before

@@ -1,4 +1,4 @@
-"""Repeated layers traced once (aot_ops/_port/repeated.py): the layers of an exported graph that are alike become
+"""Repeated layers traced once (aot_ops/_port/layers_traced_once.py): the layers of an exported graph that are alike become
 one shared `invoke_subgraph` region for AOTAutograd's trace, and the regions are taken out again before the
 programs are read. Checked: which layers are found alike (a layer whose parameters are frozen is not like the
 others), that the graph with regions and the graph put back compute what the exported graph computes, and that a
@@ -15,7 +15,8 @@ from torch.export import Dim
 
 import aot_ops
 from aot_ops._port.export import Inputs, export
-from aot_ops._port.repeated import inline_regions, with_repeated_regions
+from aot_ops._port.layers import is_pure
+from aot_ops._port.layers_traced_once import inline_regions, with_repeated_regions
 
 INVOKE = torch.ops.higher_order.invoke_subgraph
 CONFIG = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -138,8 +139,6 @@ def test_a_fused_port_traced_through_regions_trains_as_torch(exported, monkeypat
 def test_a_layer_drawing_random_numbers_is_traced_as_it_is():
     """Attention with a dropout probability draws random numbers (torch's random state would have to be threaded
     through a region); with 0.0, as in the models above, it does not."""
-    from aot_ops._port.repeated import _functional
-
     graph = torch.fx.Graph()
     q, k, v = (graph.placeholder(name) for name in "qkv")
     attention = torch.ops.aten.scaled_dot_product_attention.default
@@ -148,5 +147,9 @@ def test_a_layer_drawing_random_numbers_is_traced_as_it_is():
     dropping = graph.call_function(attention, (q, k, v, None, 0.1))
     by_keyword = graph.call_function(attention, (q, k, v), {"dropout_p": 0.2})
     bernoulli = graph.call_function(torch.ops.aten.bernoulli.p, (q, 0.5))
-    assert [_functional(n) for n in (without, default, dropping, by_keyword, bernoulli)] == [
+    assert [is_pure(n) for n in (without, default, dropping, by_keyword, bernoulli)] == [
         True, True, False, False, False]
+    # a dropout draws only in training with p > 0 (an evaluation graph keeps its dropouts, read as the identity)
+    dropouts = [graph.call_function(torch.ops.aten.dropout.default, (q, p, train))
+                for p, train in ((0.1, True), (0.1, False), (0.0, True))]
+    assert [is_pure(n) for n in dropouts] == [False, True, True]

@@ -180,3 +180,41 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
             if not _regions_contexts:
                 config.joint_custom_pass = _joint_pass_was
                 del hop.gen_schema
+
+
+def give_own_tables(clone: torch.nn.Module, copy_child) -> None:
+    """Gives `clone`, a copy.copy of a module (whose tables of submodules, parameters and buffers are still the
+    original's dicts), tables of its own: each submodule replaced by copy_child(submodule), the same parameter and
+    buffer tensors. nn.Module keeps these tables in private attributes, and its public setters write into the shared
+    dicts, which would change the original. Without it: the port would trace the user's module itself, whose
+    training flag, forward and layers it then changes while torch.export runs, and torch.export's own swap of
+    parameters for fake tensors would reach the user's module from another thread (_port/module_copy.py;
+    tests/test_threads.py)."""
+    clone._modules = type(clone._modules)(
+        (name, None if child is None else copy_child(child)) for name, child in clone._modules.items())
+    clone._parameters = type(clone._parameters)(clone._parameters)
+    clone._buffers = type(clone._buffers)(clone._buffers)
+
+
+def set_program_signature(program, signature) -> None:
+    """Replaces an ExportedProgram's graph signature after its graph gained inputs or outputs: torch offers no
+    setter (its own passes build a new program through private constructors). Without it: from_pretrained's
+    layers copied into a graph exported with two would have no specs (_port/layer_copies.py;
+    tests/test_layer_stack.py)."""
+    program._graph_signature = signature
+
+
+def set_program_state(program, target: str, tensor: torch.Tensor, persistent: bool) -> None:
+    """Adds a tensor to what an ExportedProgram's module() runs with (its state_dict, or its constants for a
+    non-persistent buffer): no public setter either (_port/layer_copies.py; tests/test_layer_stack.py)."""
+    if persistent:
+        program._state_dict[target] = tensor
+    else:
+        program._constants[target] = tensor
+
+
+def is_persistent_buffer(module: torch.nn.Module, name: str) -> bool:
+    """Whether a module's own buffer `name` is saved in its state_dict: nn.Module keeps the others in a private set,
+    and state_dict would walk the whole subtree to tell (_port/layer_stack.py compares layers by it;
+    tests/test_layer_stack.py)."""
+    return name not in module._non_persistent_buffers_set

@@ -27,7 +27,7 @@ from .errors import PortError
 from .export import CACHE_ADVICE, Inputs, export
 from .fan_out import fan_out_half_gradients
 from .graph import Graph, read
-from .layer_stack import LayerStack
+from .layer_stack import LayerStack, StackExport
 from .module_tree import Structure
 from .modes import Mode, constant_attribute
 
@@ -107,15 +107,15 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
          no_training: str | None = None, compile_inputs: dict[str, tuple[int | None, ...]] | None = None,
-         share_weights: bool = False, plan_key: str | None = None, alike_layers: bool = False) -> PortedCell:
+         share_weights: bool = False, plan_key: str | None = None, export_two_layers: bool = False) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
     fuse="compile" and dynamic sizes, the input shapes the programs are compiled for (input name -> shape; a None
     size is compiled as dynamic, over its whole range; other sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
-    the plan kept under it is used instead of exporting and fusing, or made and kept; `alike_layers`, the
-    evaluation graph exported with two of the module's alike layers and the others copied (layer_stack.py: a model
-    from_pretrained built, whose layers are transformers' own)."""
+    the plan kept under it is used instead of exporting and fusing, or made and kept; `export_two_layers`, the
+    evaluation graph exported with two of the module's alike layers and the others copied into it (the layer stack
+    stage, layer_stack.py: a model from_pretrained built, whose layers are transformers' own)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -143,7 +143,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     plan = plan_cache.read(kept_as) if kept_as else None
     if plan is None:
         # The stages, each taking the plan the one before made
-        stack = layer_stack.find(model) if alike_layers else None
+        stack = _layer_stack(model) if export_two_layers else None
         plan = _exported(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads, stack)
         plan = _one_graph_where_the_same(plan)
         if fuse:
@@ -159,7 +159,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
                     "MindSpore's autodiff of one PyNative graph cannot; the cell runs operator by operator in "
                     "PyNative (cell.jit is False)", type(model).__name__)
         jit = False
-    return _cell(model, plan, input_grads, no_training is None, fuse, jit, share_weights)
+    return _cell(model, plan, input_grads, fuse, jit, share_weights)
 
 
 @dataclass
@@ -176,12 +176,14 @@ class _Use:
 class _Plan:
     """What the port produces, stage by stage: a use per mode; why the cell cannot train (None: it can); whether
     the programs get a backward (AOTAutograd's: gradients in either mode), which an evaluation-only port's do not;
-    whether a per-node training graph had bfloat16 values fanned out (fan_out.py)."""
+    whether a per-node training graph had bfloat16 values fanned out (fan_out.py); the layer stack stage's
+    outcome, where it ran (layer_stack.py)."""
 
     uses: dict[Mode, _Use]
     no_training: str | None
     backward: bool
     half_gradients_fanned_out: bool = False
+    layer_stack: StackExport | None = None
 
     def evaluating_only(self, why: str) -> "_Plan":
         """The plan without a training graph: a graph shared by both modes becomes the evaluation graph, to be
@@ -194,6 +196,14 @@ class _Plan:
         return {mode: use.graph for mode, use in self.uses.items()}
 
 
+def _layer_stack(model: torch.nn.Module) -> LayerStack | None:
+    """The module's stack of alike layers, for the layer stack stage (layer_stack.py), or None (and why, logged)."""
+    stack, why_none = layer_stack.search(model)
+    if stack is None:
+        log.debug("%s: no layers exported as two: %s", type(model).__name__, why_none)
+    return stack
+
+
 def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_training: str | None,
               fuse: bool | str, trainable: set[str], input_grads: bool, stack: LayerStack | None = None) -> _Plan:
     """The evaluation graph and, unless the port is for evaluation only, the training graph, each exported and
@@ -202,21 +212,29 @@ def _exported(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_tr
     in-place calls where that is exact (export.py), except a training graph differentiated node by node
     (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
     bfloat16 values read several times fanned out before it is read (fan_out.py). `stack`: alike layers the
-    evaluation graph is exported with two of (layer_stack.py)."""
-    def use(training: bool) -> _Use:
-        exported = export(model, inputs, dynamic_shapes, training=training, backward=no_training is None,
-                          rewrite_in_place=bool(fuse) or no_training is not None,
-                          stack=None if training else stack)
-        program = exported.program
-        if training and not fuse:
-            plan.half_gradients_fanned_out = fan_out_half_gradients(program, trainable, input_grads) > 0
-        return _Use(program, read(program, graph_shapes=fuse), functions=exported.functions)
+    evaluation graph is exported with two of, where the layer stack stage can copy the others (layer_stack.py)."""
+    def exporting(training: bool):
+        rewrite_in_place = bool(fuse) or no_training is not None
+        return lambda module: export(module, inputs, dynamic_shapes, training=training,
+                                     backward=no_training is None, rewrite_in_place=rewrite_in_place)
+
+    def use(exported) -> _Use:
+        return _Use(exported.program, read(exported.program, graph_shapes=fuse), functions=exported.functions)
 
     plan = _Plan({}, no_training, backward=no_training is None)
-    plan.uses[Mode.EVAL] = use(False)
+    if stack is not None:
+        plan.layer_stack = layer_stack.export_as_two(model, stack, exporting(False))
+        if not plan.layer_stack.expanded:
+            log.debug("%s exported whole: %s", type(model).__name__, plan.layer_stack.why_whole)
+    evaluation = plan.layer_stack.exported if plan.layer_stack and plan.layer_stack.expanded else None
+    plan.uses[Mode.EVAL] = use(evaluation or exporting(False)(model))
     if no_training is None:
         try:
-            plan.uses[Mode.TRAIN] = use(True)
+            training = exporting(True)(model)
+            if not fuse:
+                plan.half_gradients_fanned_out = fan_out_half_gradients(training.program, trainable,
+                                                                        input_grads) > 0
+            plan.uses[Mode.TRAIN] = use(training)
         except PortError as exc:
             if model.training:
                 raise
@@ -237,27 +255,40 @@ def _fused(plan: _Plan, model: torch.nn.Module, trainable: set[str], input_grads
     """Each use's programs (fused.py): with a backward from AOTAutograd where the cell trains (fused_cache.py
     keeps its trace), the inference program alone where it does not. A training graph whose backward cannot be
     traced (a Function's backward deciding on tensor values) leaves a module in evaluation mode ported for
-    evaluation only."""
-    from . import fused_cache
+    evaluation only: its plan then has no training graph, and the graph left is fused without a backward."""
     from .fused import fuse
 
-    name = type(model).__name__
+    if plan.backward:
+        cannot_train = _fused_with_backward(plan, model, trainable, input_grads, compile_programs)
+        if cannot_train is None:
+            return plan
+        plan = plan.evaluating_only(_cannot_train_because(model, cannot_train))
     for mode, use in plan.uses.items():
-        label = f"{name} ({mode.label})"
-        if use.fused is not None:
-            continue
-        if not plan.backward:
-            use.fused = fuse(use.program, use.graph, trainable, label, input_grads, backward=False)
-            continue
+        if use.fused is None:
+            use.fused = fuse(use.program, use.graph, trainable, _label(model, mode), input_grads, backward=False)
+    return plan
+
+
+def _fused_with_backward(plan: _Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool,
+                         compile_programs: bool) -> PortError | None:
+    """Each use fused with its backward; the error of a training graph whose backward cannot be traced, where the
+    module may then be ported for evaluation only (a module in evaluation mode with a training graph), else None.
+    Any other error is raised."""
+    from . import fused_cache
+
+    for mode, use in plan.uses.items():
         try:
-            use.fused = fused_cache.fuse(use.program, use.graph, trainable, label, input_grads,
+            use.fused = fused_cache.fuse(use.program, use.graph, trainable, _label(model, mode), input_grads,
                                          keep_sources=compile_programs)
         except PortError as exc:
             if model.training or mode is Mode.EVAL or plan.no_training is not None:
                 raise
-            return _fused(plan.evaluating_only(_cannot_train_because(model, exc)), model, trainable,
-                          input_grads, compile_programs)
-    return plan
+            return exc
+    return None
+
+
+def _label(model: torch.nn.Module, mode: Mode) -> str:
+    return f"{type(model).__name__} ({mode.label})"
 
 
 def _cannot_train_because(model: torch.nn.Module, exc: PortError) -> str:
@@ -269,8 +300,8 @@ def _set_compile_sizes(plan: _Plan, compile_inputs: dict[str, tuple[int | None, 
         use.fused.compile_sizes = _size_values(use.program, compile_inputs)
 
 
-def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, backward: bool, fuse: bool | str,
-          jit: bool, share_weights: bool) -> PortedCell:
+def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, fuse: bool | str, jit: bool,
+          share_weights: bool) -> PortedCell:
     """The generated cell class (codegen.py) and its instance, holding the module's weights."""
     name = type(model).__name__
     graphs = plan.graphs()
@@ -281,14 +312,14 @@ def _cell(model: torch.nn.Module, plan: _Plan, input_grads: bool, backward: bool
     structure = Structure(modules, (entry.key for entry in state))
     source = generate(_class_name(name), name, graphs, plan.no_training,
                       lambda key: structure.state_expression(aliases.get(key, key)), fused or None, input_grads,
-                      backward=backward)
+                      backward=plan.backward)
     cls, path = _load_class(_class_name(name), source)
     first = next(iter(graphs.values()))
     spec = PortSpec(
         module_name=name, modules=modules, state=state,
         constants={constant_attribute(mode, k): v for mode, g in (fused or graphs).items()
                    for k, v in g.constants.items()},
-        inputs=first.inputs, out_spec=first.out_spec, training=model.training and backward,
+        inputs=first.inputs, out_spec=first.out_spec, training=model.training and plan.backward,
         no_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_on_first_use=fuse == "compile", jit=jit,

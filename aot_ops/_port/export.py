@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import operator
 import warnings
 from dataclasses import dataclass, field
@@ -31,7 +30,6 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from . import layer_stack
 from .._core import native_state as _runtime
 from .._core.primitive import CALL_LOCK
 from .._core.torch_private import HigherOrderOperator, OpOverload
@@ -42,11 +40,9 @@ from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
-from .layer_stack import LayerStack
+from .module_copy import structural_copy
 
-log = logging.getLogger(__name__)
-
-_DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
+DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
 
 def dropout_is_identity(node: torch.fx.Node) -> bool:
@@ -69,7 +65,7 @@ def refusal(node: torch.fx.Node) -> str | None:
         return None
     if is_size(node):
         return None  # never an operator call
-    if target in _DROPOUTS:
+    if target in DROPOUTS:
         return None if dropout_is_identity(node) else "it draws random numbers (dropout with p > 0 in training)"
     try:
         call = _example_call(node)
@@ -122,76 +118,43 @@ class Exported:
 
 
 def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training: bool,
-           backward: bool = True, rewrite_in_place: bool = False, stack: LayerStack | None = None) -> Exported:
+           backward: bool = True, rewrite_in_place: bool = False) -> Exported:
     """The module's graph in the given mode, functional, with what the bridge refuses decomposed. `backward=False`:
     the graph will never be differentiated (a user's autograd.Function keeps its forward's operators).
     `rewrite_in_place`: the training-level graph is made functional by rewriting its in-place calls
     (functionalize.py) where that is exact, instead of by torch's functionalisation, which retraces the whole module
     (two thirds of a big model's port); the in-place calls' functional twins have the same derivatives.
-    `stack`: the module's alike layers (layer_stack.py), exported as two and copied into the others' places where
-    the copies are what the whole export gives; the module is exported whole where they would not be."""
-    if stack is not None:
-        try:
-            with layer_stack.shallow(stack):
-                exported = export(model, inputs, dynamic_shapes, training, backward, rewrite_in_place)
-            layer_stack.expand(exported.program, stack, model)
-            return exported
-        except (layer_stack.NotExpandable, PortError) as exc:
-            # (a PortError of the shallow module is the whole module's too, or a trace the shallow one cannot
-            # make: either way the whole export says which)
-            log.debug("%s exported whole: its %d layers at %s cannot be copied: %s", type(model).__name__,
-                      stack.count, stack.path, exc)
-        except Exception as exc:  # noqa: BLE001 - a case the copying does not know: the whole export is right
-            log.warning("%s exported whole: copying its layers at %s failed (%s: %s); please report it",
-                        type(model).__name__, stack.path, type(exc).__name__, exc)
-    was_training = model.training
-    model.train(training)
-    try:
-        # No call of aot_ops runs in another thread meanwhile: torch.export marks the whole process as exporting
-        # (torch.compiler.is_exporting() is not per thread), and torch code another thread runs then edits the same
-        # module-global node meta (torch.fx.traceback) as the export: a ported cell's inference in fake mode raced
-        # it (KeyError 'custom', 1 run in 12 of tests/test_threads.py's ports beside calls).
-        with CALL_LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
-            recording = recorded_as_operators() if backward else contextlib.nullcontext(())
-            with _explained("torch.export could not trace the module"), recording as functions, \
-                    _fixed_keywords(model, inputs.fixed_kwargs):
-                program = torch.export.export(model, inputs.args, inputs.tensor_kwargs or None,
-                                              dynamic_shapes=dynamic_shapes)
-            if rewrite_in_place and _without_regions(program) and not _hidden_writes(program) \
-                    and functionalize(program):
-                retarget_devices(program)
-            else:
-                _detach_no_grad_results(program)
-                with _explained("torch.export could not make the graph functional"):
-                    program = program.run_decompositions({})
-            if backward:
-                _differentiable_copies(program)
-            else:
-                attend_per_key_value_head(program)
-            return Exported(_decompose_refused(program), tuple(functions))
-    finally:
-        model.train(was_training)
-
-
-@contextlib.contextmanager
-def _fixed_keywords(model: torch.nn.Module, fixed: dict[str, Any]):
-    """model.forward with the fixed keyword values bound, for the duration of the export: the graph then takes
-    the tensors only (torch.export would make each value a placeholder of the graph holding a constant). The
-    instance attribute shadows the class's forward, which nn.Module.__call__ looks up."""
-    if not fixed:
-        yield
-        return
-    had_own = "forward" in model.__dict__
-    own = model.__dict__.get("forward")
-    model.forward = functools.partial(model.forward, **fixed)
-    try:
-        yield
-    finally:
-        if had_own:
-            model.forward = own
+    What is traced is a structural copy of the module (module_copy.py), put in the mode and given the fixed keyword
+    values there: the user's module is never changed, not even while torch.export swaps its tensors for fakes."""
+    traced = structural_copy(model)
+    traced.train(training)
+    if inputs.fixed_kwargs:
+        # forward with the fixed keyword values bound: the graph then takes the tensors only (torch.export would
+        # make each value a placeholder of the graph holding a constant). The instance attribute shadows the
+        # class's forward, which nn.Module.__call__ looks up.
+        traced.forward = functools.partial(traced.forward, **inputs.fixed_kwargs)
+    # No call of aot_ops runs in another thread meanwhile: torch.export marks the whole process as exporting
+    # (torch.compiler.is_exporting() is not per thread), and torch code another thread runs then edits the same
+    # module-global node meta (torch.fx.traceback) as the export: a ported cell's inference in fake mode raced
+    # it (KeyError 'custom', 1 run in 12 of tests/test_threads.py's ports beside calls).
+    with CALL_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
+        recording = recorded_as_operators() if backward else contextlib.nullcontext(())
+        with _explained("torch.export could not trace the module"), recording as functions:
+            program = torch.export.export(traced, inputs.args, inputs.tensor_kwargs or None,
+                                          dynamic_shapes=dynamic_shapes)
+        if rewrite_in_place and _without_regions(program) and not _hidden_writes(program) \
+                and functionalize(program):
+            retarget_devices(program)
         else:
-            del model.forward
+            _detach_no_grad_results(program)
+            with _explained("torch.export could not make the graph functional"):
+                program = program.run_decompositions({})
+        if backward:
+            _differentiable_copies(program)
+        else:
+            attend_per_key_value_head(program)
+        return Exported(_decompose_refused(program), tuple(functions))
 
 
 def _without_regions(program: ExportedProgram) -> bool:

@@ -31,7 +31,7 @@ from .fake import mode_of
 from .graph import Graph, bind_symbols, read_module
 from .program import Program, build
 from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
-from .repeated import inline_regions, with_repeated_regions
+from .layers_traced_once import inline_regions, with_repeated_regions
 
 
 @dataclass

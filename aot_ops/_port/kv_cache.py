@@ -25,12 +25,10 @@ from typing import Any
 import torch
 
 from . import layer_stack
-from .errors import PortError
+from .layer_copies import SHALLOW
+from .errors import PortError, raised_by_aot_ops
 
 _log = logging.getLogger(__name__)
-
-INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
-
 
 def _written_part_layer(max_length: int):
     """A StaticLayer whose attention reads the positions written so far: the first `attended` (the attention
@@ -59,7 +57,7 @@ class StaticCacheLM(torch.nn.Module):
     `plan_key`: the key of the port's plan (plan_cache.py), beside which the cache's shapes are kept."""
 
     def __init__(self, model: torch.nn.Module, batch_size: int, max_length: int, written_part: bool = False,
-                 plan_key: str | None = None, alike_layers: bool = False):
+                 plan_key: str | None = None, export_two_layers: bool = False):
         super().__init__()
         import inspect
 
@@ -88,7 +86,7 @@ class StaticCacheLM(torch.nn.Module):
         from . import plan_cache
 
         heads, head_size = plan_cache.remembered(plan_key, "cache-shapes",
-                                                 lambda: _cache_shapes(model, config, alike_layers))
+                                                 lambda: _cache_shapes(model, config, export_two_layers))
         # Allocated now: StaticCache otherwise allocates on the first forward, which export cannot carry.
         self.cache.early_initialization(batch_size, heads, head_size, model.dtype, torch.device("cpu"))
         for k, layer in enumerate(self.cache.layers):
@@ -129,31 +127,37 @@ class StaticCacheLM(torch.nn.Module):
         return out.logits[:, -1, :]
 
 
-def _cache_shapes(model: torch.nn.Module, config, alike_layers: bool = False
+def _cache_shapes(model: torch.nn.Module, config, export_two_layers: bool = False
                   ) -> tuple[list[int] | int, list[int] | int]:
     """Each layer's key/value heads and head size, as the model's attention writes them: read off the cache of a
     call on fake tensors (no arithmetic), since the config does not always say (Falcon's multi-query attention
     keeps one key/value head whatever num_kv_heads says). transformers' reading of the config if that call fails.
-    `alike_layers`: the call runs two of the model's alike layers (layer_stack.py), the last standing for the rest."""
+    `export_two_layers`: the call runs a copy of the model with two of its alike layers (layer_stack.py), the last
+    standing for the rest."""
     from transformers import DynamicCache
 
     from .._core.torch_private import FakeTensorMode
 
-    stack = layer_stack.find(model) if alike_layers else None
+    stack = layer_stack.search(model)[0] if export_two_layers else None
+    called = model
+    if stack is not None:
+        called, counting_two = stack.shallow(model)  # (the user's model and configuration are left as they are)
+        config = counting_two or config
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)  # a failing meta kernel is logged there: the fallback answers it
     try:
-        with layer_stack.shallow(stack) if stack else contextlib.nullcontext():
-            cache = DynamicCache(config=config)
-            with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
-                model(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
+        cache = DynamicCache(config=config)
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+            called(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
         keys = [layer.keys for layer in cache.layers]
-        if stack and len(keys) == layer_stack.SHALLOW:
+        if stack and len(keys) == SHALLOW:
             keys += keys[-1:] * (stack.count - len(keys))
         if all(isinstance(k, torch.Tensor) and k.dim() == 4 for k in keys):
             return [int(k.shape[1]) for k in keys], [int(k.shape[-1]) for k in keys]
-    except Exception as exc:  # whatever stops the probe, the config's numbers are the fallback
+    except Exception as exc:  # whatever of torch's or transformers' stops the probe: the config's numbers answer
+        if raised_by_aot_ops(exc):
+            raise  # a bug of ours is not a model the probe cannot run
         _log.debug("from_torch_lm: the cache's shapes from the config, as a fake call of %s failed: %s",
                    type(model).__name__, exc)
     finally:
@@ -202,9 +206,9 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
 
 def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: bool | str, jit: bool,
             share_weights: bool, plan_key: str | None = None, tokens_per_call: int = 1,
-            alike_layers: bool = False) -> PortedLM:
+            export_two_layers: bool = False) -> PortedLM:
     """from_torch_lm, with the key of its plan where the caller knows what determines the model's graph
-    (from_pretrained: plan_cache.py), and `alike_layers` where its layers are transformers' own (port's)."""
+    (from_pretrained: plan_cache.py), and `export_two_layers` where its layers are transformers' own (port's)."""
     from . import port
 
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
@@ -225,12 +229,12 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     try:
         # attending to the positions written (the whole-cache mask of StaticCacheLM serves references in torch)
         wrapper = StaticCacheLM(model, batch_size, max_length, written_part=True, plan_key=plan_key,
-                                alike_layers=alike_layers).eval()
+                                export_two_layers=export_two_layers).eval()
     except Exception as exc:  # noqa: BLE001 - transformers' own error, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
     try:
-        example = _example(batch_size, max_length)
+        example = example_inputs(batch_size, max_length)
         seq = torch.export.Dim("seq", min=1, max=max_length)
         attended = torch.export.Dim("attended", min=1, max=max_length)
         dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended},
@@ -239,7 +243,7 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
                     no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
                                     "has no training graph; port the model with from_torch to train it",
                     compile_inputs=_one_token(batch_size) if fuse == "compile" else None, share_weights=share_weights,
-                    plan_key=plan_key, alike_layers=alike_layers)
+                    plan_key=plan_key, export_two_layers=export_two_layers)
         block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
                                                               fuse=fuse, jit=jit, plan_key=plan_key)
     finally:
@@ -312,7 +316,7 @@ def _one_token(batch_size: int) -> dict[str, tuple[int | None, ...]]:
             "cache_position": (1,)}
 
 
-def _example(batch_size: int, max_length: int) -> dict[str, torch.Tensor]:
+def example_inputs(batch_size: int, max_length: int) -> dict[str, torch.Tensor]:
     """Inputs of a prefill of two tokens (a size of 1 would be taken for a constant by torch.export), the mask
     as wide as the positions written."""
     length = min(2, max_length)

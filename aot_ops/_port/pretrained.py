@@ -82,7 +82,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
                              share_weights=True, plan_key=plan_key, tokens_per_call=tokens_per_call,
-                             alike_layers=True)
+                             export_two_layers=True)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}
@@ -92,7 +92,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True,
-                          plan_key=plan_key, alike_layers=True)
+                          plan_key=plan_key, export_two_layers=True)
     except BaseException:
         reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
         raise

@@ -44,7 +44,7 @@ def report(fn):
             o.asnumpy()
         print("RESULT ok")
     except Exception as exc:
-        print("RESULT error:", " ".join(str(exc).split())[:2000])
+        print(f"RESULT error: {type(exc).__name__}:", " ".join(str(exc).split())[:2000])
 '''
 
 
@@ -81,10 +81,24 @@ def run_case(body: str, mode: int) -> str:
 MODES = pytest.mark.parametrize("mode", [1, 0], ids=["pynative", "graph"])
 
 
+# A call with fewer inputs than the kernel takes, in GRAPH_MODE (and a hand-written primitive's in both modes):
+# MindSpore 2.10 runs a Custom's C++ InferShape (`cpp_infer_shape`) first, before the primitive's Python __infer__
+# where aot_ops checks the count, and hands it arrays as long as the inputs given, with no count. What InferShape
+# reads past their end is whatever the heap holds there, which differs from one process state to the next: garbage
+# it refuses as implausible (seen: rank 5 with no readable shape, rank 32,721), or garbage that looks like a shape,
+# after which the next check refuses the call (the Python __infer__ for aot_ops' operators, the launch's parameter
+# count for a hand-written primitive). Which one speaks first is not the project's to choose; every one of them
+# names the operator and the kernel's two inputs, and that is asserted.
+TOO_FEW_INPUTS = "2 input(s)"
+
+
 @MODES
 def test_ready_operator_with_too_few_inputs(mode):
     result = run_case("report(lambda: Call(aot_ops.add())(t(2, 3)))", mode)
-    assert "Add: " in result and ("expected 2 input(s), got 1" in result or "given fewer" in result), result
+    if mode == 1:  # PyNative: AotOp.__call__ checks the count before MindSpore sees the call
+        assert result.startswith("RESULT error: TypeError: Add: ") and "2 input(s), got 1" in result, result
+    else:
+        assert result.startswith("RESULT error: ") and "Add: " in result and TOO_FEW_INPUTS in result, result
 
 
 @MODES
@@ -94,9 +108,8 @@ def test_hand_written_custom_with_too_few_inputs(mode):
                         reg_info=reg("HandAdd", 2, 1))
         report(lambda: Call(op)(t(2, 3)))
     ''', mode)
-    # The arrays MindSpore passes end early: an entry past the end is refused as implausible (or, if the heap
-    # happens to hold a plausible shape there, the launch refuses the parameter count).
-    assert "Add: " in result and ("was the operator given fewer?" in result or "MindSpore passed 2 parameters" in result), result
+    # No aot_ops code runs before the kernel's InferShape here, in either mode (see TOO_FEW_INPUTS).
+    assert result.startswith("RESULT error: ") and "Add: " in result and TOO_FEW_INPUTS in result, result
 
 
 @MODES

@@ -60,25 +60,27 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
            "from aot_ops._port.cell import PortedCell",
            "from aot_ops._port.module_tree import OperatorSet",
            ""]
-    for mode, f in (fused or {}).items():
-        out.extend(["", *_bprop(mode, f)])
-        out.extend(["", *_inference_bprop(mode, f)])
-    out += ["",
-            f"class {class_name}(PortedCell):",
-            f"    module_name = {module_name!r}",
-            "",
-            *_make_operators(graphs, fused),
-            "",
-            *_construct(module_name, first.inputs, graphs, no_training, input_grads)]
+    cls = ["",
+           f"class {class_name}(PortedCell):",
+           f"    module_name = {module_name!r}",
+           "",
+           *_make_operators(graphs, fused),
+           "",
+           *_construct(module_name, first.inputs, graphs, no_training, input_grads)]
     for mode, graph in graphs.items():
-        out.append("")
+        cls.append("")
         if fused:
-            out.extend(_fused_forward(mode, graph, fused[mode], state_expr, backward))
+            cls.extend(_fused_forward(mode, graph, fused[mode], state_expr, backward))
         else:
-            out.extend(_forward(mode, graph, state_expr, backward))
+            cls.extend(_forward(mode, graph, state_expr, backward))
     if _has_dict(first.out_spec):
-        out.extend(_flat_twin(class_name, ", ".join(i.name for i in first.inputs), first.out_spec))
-    return "\n".join(out) + "\n"
+        cls.extend(_flat_twin(class_name, ", ".join(i.name for i in first.inputs), first.out_spec))
+    # The bprop factories the class's operators name, defined before it (GRAPH_MODE compiles them from source)
+    factories = [factory for mode, f in (fused or {}).items() if f.backward is not None
+                 for factory in (_bprop(mode, f), _inference_bprop(mode, f))]
+    for name, captured, params, body in factories:
+        out.extend(["", *bprop_source(name, captured, params, body, _wrap)])
+    return "\n".join(out + cls) + "\n"
 
 
 def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
@@ -249,11 +251,9 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
     return lines
 
 
-def _bprop(mode: str, fused) -> list[str]:
-    """A module-level bprop factory for the forward program of `mode`: GRAPH_MODE compiles a bprop from its source,
-    which must name every input (no *args)."""
-    if fused.backward is None:
-        return []
+def _bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:
+    """A module-level bprop factory for the forward program of `mode` (bprops.bprop_source's name, captured values,
+    parameters and body): GRAPH_MODE compiles a bprop from its source, which must name every input (no *args)."""
     n = fused.forward.num_inputs
     params = [f"a{i}" for i in range(n)]
     single_out = fused.forward.num_outputs == 1
@@ -265,16 +265,14 @@ def _bprop(mode: str, fused) -> list[str]:
     grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
     body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
             f"return ({', '.join(grads)},)"]
-    return bprop_source(f"_bprop_{mode}", ["backward", "constants"], params, body, _wrap)
+    return f"_bprop_{mode}", ["backward", "constants"], params, body
 
 
-def _inference_bprop(mode: str, fused) -> list[str]:
+def _inference_bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:
     """A bprop factory for the inference program of `mode`, for a gradient asked in evaluation (an input's
     gradient for a saliency map): it runs the forward program again for the tensors the backward needs, then the
     backward program. The inference program's inputs are the forward program's per placeholder, then constants of
     its own (no gradient); the forward's own constants come with the factory."""
-    if fused.backward is None:
-        return []
     placeholders = fused.inference_placeholders
     n = fused.inference.num_inputs
     params = [f"a{i}" for i in range(n)]
@@ -292,8 +290,7 @@ def _inference_bprop(mode: str, fused) -> list[str]:
     body = [f"o = forward({', '.join(forward_args)})",
             f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
             f"return ({', '.join(grads)},)"]
-    return bprop_source(f"_inference_bprop_{mode}", ["forward", "backward", "forward_constants", "constants"],
-                        params, body, _wrap)
+    return f"_inference_bprop_{mode}", ["forward", "backward", "forward_constants", "constants"], params, body
 
 
 def _input_check(module_name: str, spec) -> list[str]:

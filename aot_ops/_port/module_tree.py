@@ -98,9 +98,11 @@ class Structure:
     CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`. A module that also holds
     parameters or buffers of its own (a ParametrizationList: `original0` beside its numbered parametrizations) is
     a plain Cell with `item_<i>` children instead, as GRAPH_MODE reads a CellList as a tuple, which has no
-    attributes."""
+    attributes. `aliases`: a tied entry's key -> the key whose Parameter it is (state_expression names that one)."""
 
-    def __init__(self, modules: list[tuple[str, str]], state_keys: Iterable[str] = ()):
+    def __init__(self, modules: list[tuple[str, str]], state_keys: Iterable[str] = (),
+                 aliases: dict[str, str] | None = None):
+        self.aliases = aliases or {}
         children: dict[str, list[str]] = collections.defaultdict(list)
         for path, _kind in modules:
             if path:
@@ -120,7 +122,7 @@ class Structure:
 
     def state_expression(self, key: str) -> str:
         """Python expression of a state entry's Parameter from the root cell: "self.layer1[0].conv1.weight"."""
-        parent, _, name = key.rpartition(".")
+        parent, _, name = self.aliases.get(key, key).rpartition(".")
         return f"{self.expressions[parent]}.{attribute_name(name)}"
 
 

@@ -20,6 +20,7 @@ from ._aten import argtypes as _argtypes
 from ._aten import operator as _operator
 from ._aten import schema as _schema
 from ._aten import sizes as _sizes
+from ._core import torch_private as _torch_private
 
 __all__ = ["op", "INPUT", "size", "size_max", "size_min", "SizeExpr"]
 
@@ -39,11 +40,11 @@ class Overload:
         try:
             call = _schema.bind(self._overload, args, kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self._overload._schema}: {exc}") from None
+            raise TypeError(f"{_torch_private.schema_of(self._overload)}: {exc}") from None
         return _run(call)
 
     def __repr__(self):
-        return f"aten overload {self._overload._schema}"
+        return f"aten overload {_torch_private.schema_of(self._overload)}"
 
 
 class OpPacket:
@@ -58,7 +59,7 @@ class OpPacket:
     def __getattr__(self, overload: str) -> Overload:
         if overload.startswith("_"):
             raise AttributeError(overload)
-        return Overload(_schema.overload_for(f"{self._packet._qualified_op_name}.{overload}"))
+        return Overload(_schema.overload_for(f"{_torch_private.qualified_op_name(self._packet)}.{overload}"))
 
     def __repr__(self):
         return f"aten operator with overloads:\n{_schema.describe_schema(self._packet)}"
@@ -95,7 +96,7 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0,
         try:
             call = _schema.bind(candidate, (), _schema.with_open_tensors(candidate, fixed))
         except TypeError as exc:
-            errors.append(f"  {candidate._schema}: {exc}")
+            errors.append(f"  {_torch_private.schema_of(candidate)}: {exc}")
             continue
         operator, _ = _operator.operator_for(call, out_shapes, out_dtypes, shape_inputs)
         return operator

@@ -4,7 +4,9 @@ A drift in any of them would not fail to compile or import; it would send one ar
 attribute as the wrong kind, or call a C function with the wrong argument types."""
 from __future__ import annotations
 
+import ast
 import ctypes
+import functools
 import re
 
 import pytest
@@ -110,56 +112,272 @@ def test_every_operator_is_made_through_an_operator_definition():
     assert makers and all(m.startswith("aot_ops/_core/opdef.py:") for m in makers), makers
 
 
+# ---- private names of other libraries: in the shims alone -------------------------------------------------------
+
+# The shims: every private name of torch, transformers or MindSpore the package uses is reached through one of them.
+_SHIMS = {"aot_ops/_core/torch_private.py", "aot_ops/_core/mindspore_private.py",
+          "aot_ops/_core/transformers_private.py"}
 # torch APIs whose name has an underscore but which torch documents as public
 _PUBLIC_UNDERSCORED = {"torch._check"}
-_SHIMS = {"aot_ops/_core/torch_private.py", "aot_ops/_core/mindspore_private.py"}
 
 
-def _private_names(tree) -> list[tuple[int, str]]:
-    """(line, dotted name) of every torch or MindSpore name with a private part that the module reads or imports."""
-    import ast
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
-    def dotted(node):
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
-    def private(name: str) -> bool:
-        parts = name.split(".")
-        if parts[0] not in ("torch", "mindspore") or name in _PUBLIC_UNDERSCORED or parts[:2] == ["torch", "ops"]:
-            return False  # (operators such as torch.ops.aten._to_copy are named by their schema, not private API)
-        return any(p.startswith("_") and not p.endswith("__") for p in parts[1:])
+def _dotted(node) -> str | None:
+    """"a.b.c" for a chain of names, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
-    for node in ast.walk(tree):  # each attribute chain is read from its outermost attribute
-        for child in ast.iter_child_nodes(node):
-            child.parent = node
+
+def _package_module_file(module: str):
+    """The file of the package module `module` ("aot_ops._core.native_state"), or None where it is none."""
+    if module != "aot_ops" and not module.startswith("aot_ops."):
+        return None
+    base = REPO.joinpath(*module.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+_DEFINITIONS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@functools.lru_cache(maxsize=None)
+def _defined_in(module: str) -> frozenset[str]:
+    """The classes and functions the package module `module` defines at its top level. Not the names it imports or
+    assigns: those may be other libraries' objects (the shims' OpOverload is torch's class)."""
+    path = _package_module_file(module)
+    if path is None:
+        return frozenset()
+    return frozenset(node.name for node in ast.parse(path.read_text()).body if isinstance(node, _DEFINITIONS))
+
+
+class _Bindings:
+    """What a package file's names are bound to, as far as the package is concerned: a module of the package (by
+    its imports, relative or absolute), a class or function the package defines (in this file, or imported from
+    the module defining it), or torch.ops.<namespace>. Any other object is taken as another library's or the
+    user's: its private attributes are theirs."""
+
+    def __init__(self, tree, relative: str):
+        dotted = relative.removesuffix(".py").replace("/", ".")
+        self.package = dotted.removesuffix(".__init__") if relative.endswith("__init__.py") \
+            else dotted.rpartition(".")[0]
+        self.modules: dict[str, str] = {}  # name -> the package module it is bound to
+        self.defined = {node.name for node in tree.body if isinstance(node, _DEFINITIONS)}
+        self.operator_namespaces: set[str] = set()  # names bound to torch.ops.<namespace>
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _package_module_file(alias.name):
+                        bound = alias.asname or alias.name.partition(".")[0]
+                        self.modules[bound] = alias.name if alias.asname else bound
+            elif isinstance(node, ast.ImportFrom):
+                source = self.absolute(node)
+                if _package_module_file(source) is None:
+                    continue
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    if _package_module_file(f"{source}.{alias.name}"):
+                        self.modules[bound] = f"{source}.{alias.name}"
+                    elif alias.name in _defined_in(source):
+                        self.defined.add(bound)
+            elif isinstance(node, ast.Assign) and (_dotted(node.value) or "").startswith("torch.ops."):
+                self.operator_namespaces |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+
+    def absolute(self, node: ast.ImportFrom) -> str:
+        """The module a `from ... import` reads from, relative imports resolved."""
+        if not node.level:
+            return node.module or ""
+        parts = self.package.split(".")
+        parts = parts[:len(parts) - node.level + 1]
+        return ".".join(parts + ([node.module] if node.module else []))
+
+    def module(self, node) -> str | None:
+        """The package module `node` (a name, or a chain of attributes) is, or None."""
+        if isinstance(node, ast.Name):
+            return self.modules.get(node.id)
+        if isinstance(node, ast.Attribute):
+            parent = self.module(node.value)
+            if parent and _package_module_file(f"{parent}.{node.attr}"):
+                return f"{parent}.{node.attr}"
+        return None
+
+    def is_the_packages(self, node) -> bool:
+        """Whether `node` is a module of the package or a class or function the package defines."""
+        if self.module(node):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in self.defined
+        if isinstance(node, ast.Attribute):
+            parent = self.module(node.value)
+            return parent is not None and node.attr in _defined_in(parent)
+        return False
+
+
+def _class_members(tree) -> dict[str, set[str]]:
+    """Each class of the file -> the private names it declares: its methods, class attributes and the attributes
+    its methods set on `self`."""
+    members = {}
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        declared = {node.name for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for statement in cls.body:
+            targets = statement.targets if isinstance(statement, ast.Assign) else \
+                [statement.target] if isinstance(statement, ast.AnnAssign) else []
+            declared |= {target.id for target in targets if isinstance(target, ast.Name)}
+        declared |= {node.attr for node in ast.walk(cls)
+                     if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                     and isinstance(node.value, ast.Name) and node.value.id == "self"}
+        members[cls.name] = {name for name in declared if _is_private(name)}
+    return members
+
+
+def _named(node) -> tuple[ast.expr, str] | None:
+    """(object, attribute name) where a call or subscript reaches an attribute by a constant name: getattr(x, "_a"),
+    setattr, hasattr, delattr, object.__setattr__(x, "_a", v) and the like, x.__dict__["_a"]."""
+    if isinstance(node, ast.Call) and len(node.args) >= 2 and (
+            (isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "hasattr", "delattr"))
+            or (isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("__getattribute__", "__setattr__", "__delattr__"))):
+        owner, key = node.args[0], node.args[1]
+    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "__dict__":
+        owner, key = node.value.value, node.slice
+    else:
+        return None
+    return (owner, key.value) if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _foreign_private_names(source: str, relative: str) -> list[tuple[int, str]]:
+    """(line, expression) of every private name of another library the package file `relative` uses: imports of a
+    private module or name (from torch._guards import ...), and private attributes of any object that is not the
+    package's own, read, written or deleted (`x._name`, and with the name as a constant: getattr and the like,
+    object.__setattr__, x.__dict__["_name"]). The package's own are:
+    - `self` and `cls` (a class's own members);
+    - the package's modules, classes and functions, by this file's imports and definitions (native_state's
+      helpers, library._load);
+    - another instance of a class of this file, in a private name a class of this file declares, accessed inside a
+      class of this file or on an expression starting from the class (Expr.wrap(a)._min);
+    - attributes named _aot_ops_*: the package's marks on tensors (convert.owned_view).
+    torch.ops.<namespace>.<_name> (torch.ops.aten._to_copy) is an operator named by its schema, not private API."""
+    tree = ast.parse(source, relative)
+    bindings = _Bindings(tree, relative)
+    members = _class_members(tree)
+    declared_here = set().union(*members.values())
+
+    def root(node):
+        while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node
+
+    def foreign(value, name: str, in_class: bool) -> bool:
+        dotted = _dotted(value) or ""
+        start = root(value)
+        return not (
+            (isinstance(value, ast.Name) and value.id in ("self", "cls"))
+            or dotted.startswith("torch.ops.") or dotted in bindings.operator_namespaces
+            or f"{dotted}.{name}" in _PUBLIC_UNDERSCORED
+            or bindings.is_the_packages(value)
+            or (name in declared_here and (in_class or (isinstance(start, ast.Name) and start.id in members)))
+            or name.startswith("_aot_ops_"))
+
     found = []
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "parent", None), ast.Attribute):
-            names = [dotted(node)]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [f"{node.module}.{a.name}" for a in node.names]
+
+    def visit(node, in_class: bool) -> None:
+        named = _named(node)
+        if isinstance(node, ast.Attribute) and _is_private(node.attr) and foreign(node.value, node.attr, in_class):
+            found.append((node.lineno, ast.unparse(node)))
+        elif named is not None and _is_private(named[1]) and foreign(*named, in_class):
+            found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        found += [(node.lineno, n) for n in names if n and private(n)]
-    return found
+            found.extend((node.lineno, f"import {alias.name}") for alias in node.names
+                         if not _package_module_file(alias.name) and any(map(_is_private, alias.name.split("."))))
+        elif isinstance(node, ast.ImportFrom) and not node.level and not _package_module_file(node.module):
+            found.extend((node.lineno, f"from {node.module} import {alias.name}") for alias in node.names
+                         if any(map(_is_private, [*node.module.split("."), alias.name])))
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_class or isinstance(node, ast.ClassDef))
+
+    visit(tree, False)
+    # torch._C._is_alias_of is one use, not two (torch._C inside it)
+    return sorted({(line, text) for line, text in found
+                   if not any(other == line and longer.startswith(text + ".") for other, longer in found)})
 
 
-def test_private_torch_and_mindspore_names_are_used_in_the_shims_alone():
-    """Every private torch or MindSpore name aot_ops relies on is reached through _core/torch_private.py or
-    _core/mindspore_private.py, which say what breaks without each: an upgrade that moves one breaks those two
-    modules, not code spread over the package."""
-    import ast
+def test_the_private_name_scan_tells_other_libraries_names_from_the_packages():
+    source = """
+import torch
+import torch._dynamo
+from torch._guards import detect_fake_mode
+from transformers.modeling_utils import _init_weights
+from .._core import library as _library, native_state
+from .._core.torch_private import OpOverload, schema_of
+from . import kept
 
+_aten = torch.ops.aten
+
+
+class Expr:
+    def __init__(self):
+        self._low = 0
+
+    def _min(self, other):
+        return self._low if other._low > 0 else 0          # another Expr, inside its class
+
+
+def uses(model, program, overload, node, tensor, layers):
+    model._from_config(None)                              # 1
+    init = getattr(model, "_init_weights", None)          # 2
+    program._graph_signature = None                       # 3
+    program._state_dict["w"] = None                       # 4
+    node.target._schema                                   # 5
+    layers._modules = {}                                  # 6
+    OpOverload._schema                                    # 7: a shim's torch class
+    tensor._low                                           # 8: not an Expr (outside its class)
+    torch._C._is_alias_of(tensor, tensor)                 # 9: once
+    model.config._attn_implementation                     # 10
+    object.__setattr__(model, "_create_time", 0)          # 11
+    model.__dict__["_compile_phase"]                      # 12
+    self.__dict__["_jit"], object.__setattr__(self, "_jit", 1)
+    schema_of(overload)
+    _library._load("x")                                   # the package's modules, classes and functions
+    native_state.last_error()
+    kept._private_helper
+    Expr.wrap(1)._min(2)
+    tensor._aot_ops_owner = None
+    torch.ops.aten._to_copy.default
+    _aten._unsafe_view
+    torch._check(True)
+    return init
+"""
+    found = [text for _line, text in _foreign_private_names(source, "aot_ops/_port/example.py")]
+    assert found == ["import torch._dynamo", "from torch._guards import detect_fake_mode",
+                     "from transformers.modeling_utils import _init_weights",
+                     "model._from_config", "getattr(model, '_init_weights', None)", "program._graph_signature",
+                     "program._state_dict", "node.target._schema", "layers._modules", "OpOverload._schema",
+                     "tensor._low", "torch._C._is_alias_of", "model.config._attn_implementation",
+                     "object.__setattr__(model, '_create_time', 0)", "model.__dict__['_compile_phase']"], found
+
+
+def test_private_names_of_other_libraries_are_used_in_the_shims_alone():
+    """Every private name of torch, transformers or MindSpore aot_ops relies on, a module, a function or an object's
+    attribute, is reached through _core/torch_private.py, _core/transformers_private.py or
+    _core/mindspore_private.py, which say what breaks without each: an upgrade that moves one breaks those modules,
+    not code spread over the package, and what the package changes in place in torch's objects and the user's is
+    changed there. A failure names each use (file:line: expression): move it into a shim, as a small named
+    function saying why it is needed and which test shows it."""
     outside = []
     for path in sorted((REPO / "aot_ops").rglob("*.py")):
         relative = str(path.relative_to(REPO))
-        if relative in _SHIMS:
-            continue
-        outside += [f"{relative}:{line} {name}" for line, name in _private_names(ast.parse(path.read_text(), relative))]
-    assert not outside, outside
-    shim = ast.parse((REPO / "aot_ops/_core/torch_private.py").read_text())
-    assert any(name.startswith("torch._") for _line, name in _private_names(shim))  # the scan sees them there
+        if relative not in _SHIMS:
+            uses = _foreign_private_names(path.read_text(), relative)
+            outside += [f"{relative}:{line}: {text}" for line, text in uses]
+    assert not outside, ("private names of other libraries used outside the shims (_core/torch_private.py, "
+                         "_core/transformers_private.py, _core/mindspore_private.py):\n  " + "\n  ".join(outside))
+    # the scan sees them in the shims: each holds the names it is there for
+    for shim, library in (("torch_private", "torch"), ("mindspore_private", "mindspore"),
+                          ("transformers_private", None)):
+        relative = f"aot_ops/_core/{shim}.py"
+        uses = _foreign_private_names((REPO / relative).read_text(), relative)
+        assert uses and (library is None or any(library in text for _line, text in uses)), (shim, uses)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .._core.torch_private import OpOverload, OpOverloadPacket, overload_names
+from .._core.torch_private import OpOverload, OpOverloadPacket, overload_names, qualified_op_name, schema_of
 from .argtypes import arg_type, real_type
 
 
@@ -21,7 +21,7 @@ class BoundCall:
 
     @property
     def schema(self):
-        return self.overload._schema
+        return schema_of(self.overload)
 
     @property
     def qualified_name(self) -> str:
@@ -33,7 +33,7 @@ def bind(overload: OpOverload, args: Sequence[Any], kwargs: dict[str, Any],
          wrapped_numbers: bool = True) -> BoundCall:
     """Binds like Python binds a call: positional, then keywords, then defaults; TypeError when it does not fit.
     `wrapped_numbers=False` refuses Python numbers for tensor arguments (overload resolution tries that first)."""
-    schema = overload._schema
+    schema = schema_of(overload)
     params = [a for a in schema.arguments if not a.is_out]
     positional = [a for a in params if not a.kwarg_only]
     if len(args) > len(positional):
@@ -77,7 +77,7 @@ def _reduction(text: str) -> int:
 
 
 def describe_schema(packet: OpOverloadPacket) -> str:
-    return "\n".join(f"  {getattr(packet, name)._schema}" for name in functional_overloads(packet))
+    return "\n".join(f"  {schema_of(getattr(packet, name))}" for name in functional_overloads(packet))
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +85,7 @@ def functional_overloads(packet: OpOverloadPacket) -> tuple[str, ...]:
     """Overload names in torch's resolution order, without in-place and out= variants."""
     order = overload_names(packet)
     names = [n or "default" for n in order]
-    return tuple(n for n in names if n in packet.overloads() and not getattr(packet, n)._schema.is_mutable)
+    return tuple(n for n in names if n in packet.overloads() and not schema_of(getattr(packet, n)).is_mutable)
 
 
 _NAME = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*)::)?([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
@@ -123,7 +123,7 @@ def with_open_tensors(overload: OpOverload, fixed: dict[str, Any]) -> dict[str, 
     """`fixed` plus the call-time placeholder (argtypes) of every argument not fixed that takes tensors: what
     aten.op binds, leaving those arguments to be given when the operator is called."""
     args = dict(fixed)
-    for a in overload._schema.arguments:
+    for a in schema_of(overload).arguments:
         if a.is_out or a.name in args:
             continue
         placeholder = arg_type(a)[0].call_time
@@ -155,8 +155,8 @@ def resolve(packet: OpOverloadPacket, args: Sequence[Any], kwargs: dict[str, Any
             try:
                 return bind(getattr(packet, name), args, kwargs, wrapped_numbers)
             except TypeError as exc:
-                errors.append(f"  {getattr(packet, name)._schema}: {exc}")
-    raise TypeError(f"{packet._qualified_op_name}: no overload matches these arguments:\n"
+                errors.append(f"  {schema_of(getattr(packet, name))}: {exc}")
+    raise TypeError(f"{qualified_op_name(packet)}: no overload matches these arguments:\n"
                     + "\n".join(errors))
 
 
@@ -189,13 +189,13 @@ def out_variant(overload: OpOverload) -> str:
 
     It must take the functional overload's arguments, in the same order and with the same types, followed only by
     one out tensor per returned tensor."""
-    schema = overload._schema
+    schema = schema_of(overload)
     if any(str(r.type) != "Tensor" for r in schema.returns):
         return ""
     functional = [(a.name, str(a.type)) for a in schema.arguments]
     packet = packet_for(schema.name)
     for name in packet.overloads():
-        candidate = getattr(packet, name)._schema
+        candidate = schema_of(getattr(packet, name))
         outs = [a for a in candidate.arguments if a.is_out]
         rest = [(a.name, str(a.type)) for a in candidate.arguments if not a.is_out]
         if (outs and rest == functional and len(outs) == len(schema.returns)

@@ -28,8 +28,7 @@ tree_unflatten = torch.utils._pytree.tree_unflatten
 # The types of torch.ops.<namespace>.<name>.<overload>, of torch.ops.<namespace>.<name>, and of control-flow
 # operators (torch.cond, wrap_with_set_grad_enabled): what an exported graph's nodes call. torch.library's public
 # functions take and return them, but name no public alias. Without them: no graph node could be told an operator
-# (tests/test_from_torch.py, tests/test_aten.py). Their `_schema` (the operator's schema: the attribute torch's own
-# documentation reads) and a packet's `_qualified_op_name` are used where they are.
+# (tests/test_from_torch.py, tests/test_aten.py). Their schemas and names: schema_of, qualified_op_name below.
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
 HigherOrderOperator = torch._ops.HigherOrderOperator
@@ -56,16 +55,48 @@ def is_alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch._C._is_alias_of(a, b)
 
 
+def schema_of(operator: OpOverload) -> torch._C.FunctionSchema:
+    """An operator overload's schema: its arguments (names, types, which it writes or aliases), returns and
+    overload name. torch gives it in `_schema` alone (the attribute its own documentation reads; OpOverload has no
+    public accessor). Without it nothing tells what a graph node's operator takes, returns or writes: aten.op's
+    binding, the export checks, the functionalization of in-place calls, the programs' encoding
+    (tests/test_aten.py, tests/test_from_torch.py, tests/test_conformance.py)."""
+    return operator._schema
+
+
+def qualified_op_name(packet: OpOverloadPacket) -> str:
+    """An operator's name with its namespace, "aten::add" for torch.ops.aten.add: how torch's registry names it
+    (overload_names) and how errors name it; an OpOverloadPacket keeps it in `_qualified_op_name` alone
+    (tests/test_aten.py)."""
+    return packet._qualified_op_name
+
+
 def overload_names(packet: OpOverloadPacket) -> list[str]:
     """The overload names of an operator (aten.add -> ["Tensor", "Scalar", "out", ...]) in the order its schemas
     were registered, which is the order torch's own resolution tries them (tests/test_aten.py)."""
-    return [s.overload_name for s in torch._C._jit_get_schemas_for_operator(packet._qualified_op_name)]
+    return [s.overload_name for s in torch._C._jit_get_schemas_for_operator(qualified_op_name(packet))]
 
 
 def all_schemas() -> list:
     """Every operator schema torch has registered: the conformance report's census of ATen's argument types
     (tools/conformance.py)."""
     return torch._C._jit_get_all_schemas()
+
+
+def is_view(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is a view of another tensor (its storage another's, through autograd's view tracking).
+    Tensor has no public method for it. Without it a fused program could return a view of its input or of a
+    parameter, which AOTAutograd then rebuilds outside its graphs, and the backward gets fewer cotangents than it
+    takes (_port/fused.py; tests/test_from_torch.py: test_outputs_that_alias_inputs_or_each_other)."""
+    return tensor._is_view()
+
+
+def destroy_library(library: torch.library.Library) -> None:
+    """Removes what a torch.library.Library registered (definitions, implementations, fake kernels) now, as
+    torch's own scoped libraries do at their end. A Library otherwise deregisters only when it is collected, which
+    nothing guarantees while anything holds it. Without it loading an Ascend C library a second time in one process
+    (its sources changed) fails: its operators are already defined (ascendc/_torch_library.py: register)."""
+    library._destroy()
 
 
 def op_db() -> list:

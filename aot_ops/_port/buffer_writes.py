@@ -28,6 +28,7 @@ import dataclasses
 import torch
 
 from .._aten import schema as _schema
+from .._core.torch_private import schema_of
 from .graph import Graph, Item, Operator
 
 
@@ -42,10 +43,10 @@ def in_place_twin(target: str) -> str | None:
         return None
     if functional is None or twin is None:
         return None
-    arguments = twin._schema.arguments
+    arguments = schema_of(twin).arguments
     if not arguments or arguments[0].alias_info is None or not arguments[0].alias_info.is_write:
         return None
-    if [a.name for a in arguments] != [a.name for a in functional._schema.arguments]:
+    if [a.name for a in arguments] != [a.name for a in schema_of(functional).arguments]:
         return None
     return twin_name
 
@@ -121,5 +122,5 @@ def _nothing_reads_after(readers: dict[str, list], position: dict[str, int], out
 def _returns_alias(target: str) -> bool:
     """Whether the operator's result may be a view of an input (its schema annotates the return with an alias)."""
     overload = _schema.overload_for(target)
-    returns = overload._schema.returns if overload is not None else []
+    returns = schema_of(overload).returns if overload is not None else []
     return overload is None or any(r.alias_info is not None for r in returns)

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import Error
-from .._core.torch_private import OpOverload
+from .._core.torch_private import OpOverload, schema_of
 
 
 class PortError(Error, RuntimeError):
@@ -66,7 +66,7 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 def describe(node: torch.fx.Node) -> str:
     """"node 'linear_2' (aten::linear) in encoder.linear1 (Linear) at model.py:12: ..." for error messages."""
     target = node.target
-    op = f"{target._schema.name}.{target._schema.overload_name}".rstrip(".") \
+    op = f"{schema_of(target).name}.{schema_of(target).overload_name}".rstrip(".") \
         if isinstance(target, OpOverload) else getattr(target, "__name__", str(target))
     text = f"node '{node.name}' ({op})"
     path, kind = module_of(node)

@@ -17,7 +17,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
 
-from .._core.torch_private import OpOverload
+from .._core.torch_private import OpOverload, schema_of
 
 
 def functionalize(program: ExportedProgram) -> bool:
@@ -27,7 +27,7 @@ def functionalize(program: ExportedProgram) -> bool:
     nodes = list(graph.nodes)
     order = {node: k for k, node in enumerate(nodes)}
     writes = [n for n in nodes if n.op == "call_function" and isinstance(n.target, OpOverload)
-              and n.target._schema.is_mutable]
+              and schema_of(n.target).is_mutable]
     if not writes:
         return True
     buffers = {spec.arg.name: spec for spec in program.graph_signature.input_specs
@@ -89,7 +89,7 @@ def retarget_devices(program: ExportedProgram) -> None:
 
 def _functional_twin(op: OpOverload) -> OpOverload | None:
     """aten.add_.Tensor -> aten.add.Tensor, when `op` writes its first argument alone and the twin exists."""
-    schema = op._schema
+    schema = schema_of(op)
     name = schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):
         return None
@@ -98,7 +98,7 @@ def _functional_twin(op: OpOverload) -> OpOverload | None:
         return None
     packet = getattr(getattr(torch.ops, op.namespace), name[:-1], None)
     twin = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
-    if twin is None or twin._schema.is_mutable:
+    if twin is None or schema_of(twin).is_mutable:
         return None
     return twin
 
@@ -127,4 +127,4 @@ def _aliases(node: torch.fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, OpOverload):
         return False
-    return any(r.alias_info is not None for r in target._schema.returns)
+    return any(r.alias_info is not None for r in schema_of(target).returns)

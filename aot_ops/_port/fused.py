@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from .._aten.sizes import from_sympy
-from .._core.torch_private import detect_fake_mode, repeated_regions_traced_once
+from .._core.torch_private import detect_fake_mode, is_view, repeated_regions_traced_once
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource, inference_configs
 from .errors import PortError, raised_by_aot_ops
@@ -364,7 +364,7 @@ def _unaliased(value, inputs):
     """An output that is an input, or a view (of an input, a parameter or another output), copied: AOTAutograd
     would return it outside its graphs by replaying the view, and its backward would then take fewer cotangents;
     the programs return buffers of their own."""
-    if isinstance(value, torch.Tensor) and (value._is_view() or any(value is v for v in inputs)):
+    if isinstance(value, torch.Tensor) and (is_view(value) or any(value is v for v in inputs)):
         return value.clone()
     return value
 

@@ -22,7 +22,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .._aten.argtypes import CALL_TIME, arg_type
 from .._aten.sizes import Size, SizeExpr, from_sympy, size
 from .._core.dtypes import has_ms_name
-from .._core.torch_private import OpOverload
+from .._core.torch_private import OpOverload, schema_of
 from .errors import SPLIT_ADVICE, PortError, describe, module_of, source_line
 from .export import is_size, refusal
 
@@ -136,7 +136,7 @@ def read(program: ExportedProgram, graph_shapes: bool = False) -> Graph:
 def _split_arguments(node: torch.fx.Node) -> tuple[dict[str, Any], list[torch.fx.Node], dict[str, Any]]:
     """An ATen call's arguments by what they become: (fixed values, by name; the tensor nodes left for call time,
     in order; sizes computed from input shapes, by name)."""
-    schema = node.target._schema
+    schema = schema_of(node.target)
     fixed: dict[str, Any] = {}
     inputs: list[torch.fx.Node] = []
     symbolic: dict[str, Any] = {}
@@ -234,7 +234,7 @@ class _Reader:
                 raise PortError(f"{describe(node)} produces a {t.dtype} tensor, which MindSpore has no dtype for")
 
     def _operator(self, node: torch.fx.Node, val) -> None:
-        schema = node.target._schema
+        schema = schema_of(node.target)
         fixed, inputs, symbolic = _split_arguments(node)
         input_vals = [n.meta["val"] for n in inputs]
         outputs = list(val) if isinstance(val, (tuple, list)) else [val]

@@ -26,6 +26,7 @@ import torch
 
 from . import kept
 from .._build import cache
+from .._core.transformers_private import attention_implementation
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def key(model: torch.nn.Module, options: dict[str, Any]) -> str | None:
                              *model.named_buffers(remove_duplicate=False)]]
     description = dict(
         format=FORMAT, model=f"{kind.__module__}.{kind.__qualname__}", source=_source_digest(kind),
-        transformers=transformers.__version__, config=settings, attention=model.config._attn_implementation,
+        transformers=transformers.__version__, config=settings, attention=attention_implementation(model.config),
         state=state, options=options, torch=torch.__version__, functorch=kept.functorch_settings(),
         aot_ops=kept.package_digest())
     text = json.dumps(description, sort_keys=True, default=str)

@@ -30,6 +30,8 @@ from mindspore.common.initializer import Zero
 
 from .._core import dtypes as _dtypes
 from .._core.convert import owned_view
+from .._core.torch_private import is_persistent_buffer
+from .._core.transformers_private import model_from_config, weight_initialiser
 from .checkpoint import Checkpoint, StoredTensor
 from .errors import PortError
 
@@ -128,7 +130,7 @@ class _Loading:
             if hasattr(model_class, "from_config"):  # an Auto class
                 model = model_class.from_config(config, dtype=dtype)
             else:
-                model = model_class._from_config(config, dtype=dtype)
+                model = model_from_config(model_class, config, dtype=dtype)
         self.model = model.eval()
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
         _make_non_persistent_buffers(model)
@@ -165,7 +167,7 @@ class _Loading:
             is_parameter = isinstance(tensor, torch.nn.Parameter)
             view = owned_view(parameter, tensor.requires_grad if is_parameter else None)
             for key in keys:
-                _set_tensor(model, key, view, is_parameter)
+                _set_tensor(model, key, view)
             targets.append((stored, view.detach()))
         if missing or mismatched:
             lines = ([f"missing from the checkpoint: {_listed(missing)}"] if missing else []) + \
@@ -228,10 +230,11 @@ def _find(stored: dict[str, StoredTensor], keys: list[str], prefix: str) -> Stor
     return None
 
 
-def _set_tensor(model: torch.nn.Module, key: str, value: torch.Tensor, is_parameter: bool) -> None:
+def _set_tensor(model: torch.nn.Module, key: str, value: torch.Tensor) -> None:
+    """The model's parameter or buffer `key` replaced by `value`: nn.Module files an nn.Parameter among the
+    parameters, and a tensor set on a buffer's name stays that buffer, persistent or not."""
     path, _, name = key.rpartition(".")
-    module = model.get_submodule(path)
-    (module._parameters if is_parameter else module._buffers)[name] = value
+    setattr(model.get_submodule(path), name, value)
 
 
 def _make_non_persistent_buffers(model) -> None:
@@ -239,20 +242,20 @@ def _make_non_persistent_buffers(model) -> None:
     computes them; one left unset (still NaN) is an error."""
     owners = []
     for path, module in model.named_modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None and name in module._non_persistent_buffers_set:
+        for name, buffer in list(module.named_buffers(recurse=False, remove_duplicate=False)):
+            if not is_persistent_buffer(module, name):
                 fresh = torch.empty_like(buffer, device="cpu")
                 if fresh.is_floating_point():
                     fresh.fill_(float("nan"))
-                module._buffers[name] = fresh
+                setattr(module, name, fresh)
                 owners.append((path, module, name))
-    init = getattr(model, "_init_weights", None)
+    init = weight_initialiser(model)
     with torch.no_grad():
         for module in {id(m): m for _, m, _ in owners}.values():
             if init is not None:
                 init(module)  # its parameters are still on the meta device: only the buffers are written
     unset = [f"{path}.{name}".lstrip(".") for path, module, name in owners
-             if module._buffers[name].is_floating_point() and module._buffers[name].isnan().any()]
+             if getattr(module, name).is_floating_point() and getattr(module, name).isnan().any()]
     if unset:
         raise PortError(f"load_pretrained: {type(model).__name__}'s buffers {unset} are not in the checkpoint and its "
                         "_init_weights does not compute them; load the model with transformers' from_pretrained and "

@@ -24,6 +24,7 @@ from .._aten.encode import encode
 from .._aten.sizes import encode_shapes
 from .._core.arity import Arity
 from .._core.packed_attrs import pack
+from .._core.torch_private import schema_of
 from .errors import PortError
 from .graph import Graph, Item, Operator
 
@@ -98,7 +99,7 @@ def node_attributes(op: Operator) -> dict[str, Any]:
     if len(inputs) != len(op.inputs) or attrs["aten_num_inputs"] != len(op.inputs):
         raise PortError(f"{op.name} ({op.target}) takes {len(op.inputs)} tensors, its encoding {len(inputs)}")
     attrs["aten_op"] = call.qualified_name
-    if overload._schema.is_mutable:  # a node buffer_writes.py made in place: it writes its first argument
+    if schema_of(overload).is_mutable:  # a node buffer_writes.py made in place: it writes its first argument
         attrs["writes_input"] = True
     return attrs
 

@@ -18,7 +18,9 @@ def fallback_overload(qualified: str):
 
 def fallback_argument_names(qualified: str) -> set[str]:
     """The names of the fallback's arguments: an attribute of the same name, or a fallback_args entry, binds one."""
-    return {a.name for a in fallback_overload(qualified)._schema.arguments}
+    from .._core.torch_private import schema_of
+
+    return {a.name for a in schema_of(fallback_overload(qualified)).arguments}
 
 
 def attr_kind(default) -> tuple[str, str]:

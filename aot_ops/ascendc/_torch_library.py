@@ -10,6 +10,7 @@ import torch
 
 from .._native.opener import last_error, open_library
 from .._core.dtypes import checked_ms_name
+from .._core.torch_private import destroy_library
 from . import _codegen as codegen
 from ._declare import attr_kind, fallback_argument_names, fallback_overload
 
@@ -21,7 +22,7 @@ _FRAGMENTS: dict[str, torch.library.Library] = {}
 def register(lib) -> None:
     previous = _FRAGMENTS.pop(lib.name, None)
     if previous is not None:
-        previous._destroy()
+        destroy_library(previous)
     fragment = torch.library.Library(lib.name, "FRAGMENT")
     _FRAGMENTS[lib.name] = fragment
     for kernel_name, kernel in lib.kernels.items():

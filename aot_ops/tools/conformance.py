@@ -36,7 +36,8 @@ import torch
 
 from .._core.convert import to_ms, to_torch
 from .._core.mindspore_private import end_aborted_gradient
-from .._core.torch_private import FakeTensorMode, TorchDispatchMode, all_schemas, op_db, tree_flatten, tree_map
+from .._core.torch_private import (FakeTensorMode, TorchDispatchMode, all_schemas, op_db, schema_of, tree_flatten,
+                                   tree_map)
 from ..errors import Error
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -111,18 +112,18 @@ def _tensors(value) -> list[torch.Tensor]:
 
 
 def _qualified(func) -> str:
-    s = func._schema
+    s = schema_of(func)
     return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
 
 
 def _is_constant_producer(func, args, kwargs) -> bool:
     """Calls whose result the replay takes as a constant: factories (no tensor argument) and lift_fresh."""
-    return not _tensors((args, kwargs)) or func._schema.name in ("aten::lift_fresh", "aten::lift_fresh_copy")
+    return not _tensors((args, kwargs)) or schema_of(func).name in ("aten::lift_fresh", "aten::lift_fresh_copy")
 
 
 def _functional_of(func):
     """aten::add_.Tensor -> aten::add.Tensor (the replay of an in-place call)."""
-    schema = func._schema
+    schema = schema_of(func)
     base = schema.name.split("::")[1]
     if not base.endswith("_"):
         return None
@@ -152,7 +153,7 @@ def classify(calls: list[Call], out) -> None:
     # out= overload) clears the mark.
     uninitialised: dict[int, str] = {}
     for call in calls:
-        schema = call.func._schema
+        schema = schema_of(call.func)
         source = None
         if schema.name in _UNINITIALISED:
             source = _qualified(call.func)
@@ -173,7 +174,7 @@ def classify(calls: list[Call], out) -> None:
     for call in calls:
         tags = call.func.tags
         name = _qualified(call.func)
-        returns = [str(r.type) for r in call.func._schema.returns]
+        returns = [str(r.type) for r in schema_of(call.func).returns]
         if returns and any(r not in ("Tensor", "List[Tensor]") for r in returns):
             raise OutOfScope(f"returns a non-tensor ({name} -> {', '.join(returns)})")
         # A tag says what an operator MAY do; whether this call does is judged by its behaviour, as the bridge
@@ -266,13 +267,13 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
         return _run_graph(operator, tensors) if graph else operator(*tensors)
 
     for call in calls:
-        if not call.func._schema.returns:
+        if not schema_of(call.func).returns:
             continue  # a check that returns nothing (aten::_linalg_check_errors): it already passed in torch
         if _is_constant_producer(call.func, call.args, call.kwargs):
             for t in _tensors(call.out):
                 values[id(t)] = to_ms(t)
             continue
-        if call.func._schema.name == "aten::copy_":
+        if schema_of(call.func).name == "aten::copy_":
             # self.copy_(src) as functional operators that have gradients (aten::copy has none in torch).
             self_, src = call.args[0], call.args[1]
             expanded = bridged(torch.ops.aten.expand.default, (ms_of(src), list(self_.shape)), {})
@@ -281,7 +282,7 @@ def run_calls(calls: list[Call], torch_inputs: list[torch.Tensor], ms_inputs: li
                 values[id(t)] = values[id(self_)]
             continue
         func, mutated = call.func, None
-        if func._schema.is_mutable:
+        if schema_of(func).is_mutable:
             func = _functional_of(func)
             if func is None:
                 raise RuntimeError(f"in-place call {_qualified(call.func)} has no functional overload")

@@ -1,0 +1,31 @@
+"""The transformers internals aot_ops relies on, in one place. Each is private API (a leading underscore), checked on
+transformers 5.24; a transformers upgrade that renames one breaks this module, and the tests named beside it say
+so. It does not import transformers (an optional dependency, slow to import): each function takes the object it
+reads.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def model_from_config(model_class: Any, config: Any, **kwargs) -> Any:
+    """A model of the concrete class `model_class` (LlamaForCausalLM, ...) built from `config` alone, its weights
+    neither read nor initialised from a checkpoint: what the Auto classes' public from_config calls. A concrete class
+    has no public from_config. Without it load_pretrained(model_class=<a concrete class>) cannot build the model
+    (_port/pretrained.py; tests/test_pretrained.py)."""
+    return model_class._from_config(config, **kwargs)
+
+
+def weight_initialiser(model: Any) -> Callable[[Any], None] | None:
+    """The model's initialisation of one of its submodules (`PreTrainedModel._init_weights(module)`), which
+    transformers' own loading runs for the tensors a checkpoint lacks; None for a model without one. Without it the
+    non-persistent buffers (rotary frequencies, embedding scales), which no checkpoint holds, could not be computed,
+    and load_pretrained would refuse every model that has them (_port/pretrained.py; tests/test_pretrained.py)."""
+    return getattr(model, "_init_weights", None)
+
+
+def attention_implementation(config: Any) -> Any:
+    """The attention the model runs ("sdpa", "eager", ...; a dict for composite models): set when the model is
+    built, and left out of config.to_dict(). Without it a port plan kept for one attention would be taken for a
+    model running another (_port/plan_cache.py; tests/test_pretrained.py)."""
+    return config._attn_implementation

@@ -9,13 +9,14 @@ seconds, and most processes never compile.
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import torch
 import torch._guards
 import torch._subclasses.fake_tensor
 import torch.utils._pytree
 import torch.utils._python_dispatch
+
+from .while_used import WhileUsed
 
 # torch's nested-structure helpers: a module's outputs as torch.export describes them (its out_spec), rebuilt from
 # the cell's flat outputs; values nested in a graph node's arguments. Without them: no ported cell returns a tuple
@@ -146,9 +147,7 @@ def dynamo_config():
     return torch._dynamo.config
 
 
-_regions_lock = threading.Lock()
 _regions_contexts: dict[int, tuple] = {}  # id(TracingContext) -> (its joint pass, its schemas by region)
-_joint_pass_was = None  # functorch's joint pass before the hook below (a user's, or None)
 
 
 def _ours():
@@ -156,13 +155,6 @@ def _ours():
     are per thread)."""
     context = torch._guards.TracingContext.try_get()
     return None if context is None else _regions_contexts.get(id(context))
-
-
-def _joint_pass(joint_graph, joint_inputs):
-    ours = _ours()
-    if ours is not None:
-        return ours[0](joint_graph, joint_inputs)
-    return joint_graph if _joint_pass_was is None else _joint_pass_was(joint_graph, joint_inputs)
 
 
 def _region_schema(subgraph, identifier, *operands):
@@ -178,6 +170,18 @@ def _region_schema(subgraph, identifier, *operands):
     return ours[1][key]
 
 
+def _install_region_schema() -> None:
+    # an instance attribute of the one operator object: the class's method stays torch's
+    torch.ops.higher_order.invoke_subgraph.gen_schema = _region_schema
+
+
+def _remove_region_schema(_installed: None) -> None:
+    del torch.ops.higher_order.invoke_subgraph.gen_schema
+
+
+_region_schemas = WhileUsed(_install_region_schema, _remove_region_schema)
+
+
 @contextlib.contextmanager
 def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
     """The context in which AOTAutograd traces each `invoke_subgraph` region once (_port/repeated.py):
@@ -188,29 +192,30 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
     - each region's schema (which torch reads under autograd to refuse a region writing its inputs) traced once:
       torch traces the whole region again at every call to make it, 0.27 s per layer of a Llama, 11.8 of the
       13.7 s the regions were meant to save.
-    The two hooks are process-wide (functorch's setting, the operator's method) and act only inside these contexts
-    (tracing contexts are per thread): elsewhere, in any thread, torch's own run. Installed while any thread traces
-    with regions, removed after the last. Without this context the trace of a graph with regions fails or is as
-    slow as without them (tests/test_repeated_layers.py)."""
-    global _joint_pass_was
-    hop = torch.ops.higher_order.invoke_subgraph
+    The schema hook is the operator's method, process-wide: it acts only inside these contexts (tracing contexts are
+    per thread), torch's own runs elsewhere, in any thread; it is installed while any thread traces with regions
+    and removed after the last. The joint pass is functorch's setting, patched for the tracing thread alone: torch
+    keeps config values per thread since 2.12 (on older torch they are the process's, and two threads tracing
+    regions at once would race on it, as on every torch.compile setting there). Without this context the trace of
+    a graph with regions fails or is as slow as without them (tests/test_repeated_layers.py)."""
     config = functorch_config()
     context = torch._guards.TracingContext(fake_mode)
-    with _regions_lock:
-        if not _regions_contexts:
-            _joint_pass_was = config.joint_custom_pass
-            config.joint_custom_pass = _joint_pass
-            hop.gen_schema = _region_schema  # an instance attribute: the class's method stays torch's
-        _regions_contexts[id(context)] = (joint_pass, {})
-    try:
-        with torch._guards.tracing(context):
-            yield
-    finally:
-        with _regions_lock:
+    ours = (joint_pass, {})
+    before = config.joint_custom_pass  # this thread's (a user's, or None)
+
+    def joint(joint_graph, joint_inputs):
+        if _ours() is ours:
+            return joint_pass(joint_graph, joint_inputs)
+        # another tracing context, nested in this one: the thread's own pass
+        return joint_graph if before is None else before(joint_graph, joint_inputs)
+
+    with _region_schemas.used():
+        _regions_contexts[id(context)] = ours
+        try:
+            with config.patch(joint_custom_pass=joint), torch._guards.tracing(context):
+                yield
+        finally:
             del _regions_contexts[id(context)]
-            if not _regions_contexts:
-                config.joint_custom_pass = _joint_pass_was
-                del hop.gen_schema
 
 
 def give_own_tables(clone: torch.nn.Module, copy_child) -> None:

@@ -28,9 +28,9 @@ makes (matrix products) use torch's thread count at run time, as every bridged c
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -47,6 +47,7 @@ from .._build.lock import BuildLock
 from .._build.progress import progress
 from .._core import dtypes
 from .._core.primitive import CALL_LOCK
+from .._core.silenced_logs import silenced
 from .._core.torch_private import aoti_compile_and_package, inductor_config, inductor_threads
 from ..errors import Error
 from .errors import raised_by_aot_ops
@@ -342,7 +343,8 @@ def _compile(folder: Path, name: str, source: GraphSource, examples: tuple, free
                                            dynamic_shapes=_dynamic_shapes(examples, free), strict=False)
         with tempfile.TemporaryDirectory(prefix="aoti_", dir=folder.parent) as scratch:
             archive = Path(scratch) / "model.pt2"
-            with _quiet_inductor():
+            # Inductor's info logs are not the user's business (errors still raise); this thread's alone dropped
+            with silenced("torch._inductor", below=logging.WARNING):
                 aoti_compile_and_package(exported, package_path=str(archive), inductor_configs=dict(source.configs))
             staging = Path(scratch) / "package"
             with zipfile.ZipFile(archive) as zf:
@@ -359,20 +361,6 @@ def _compile(folder: Path, name: str, source: GraphSource, examples: tuple, free
                  compiler=compiler(), compiler_identity=cache.tool_identity(compiler()), torch=torch.__version__)
     cache.write_json_atomically(folder / "entry.json", entry)
     return folder / "package"
-
-
-@contextlib.contextmanager
-def _quiet_inductor():
-    """Inductor's own progress bars and info logs are not the user's business; errors still raise."""
-    import logging
-
-    logger = logging.getLogger("torch._inductor")
-    level = logger.level
-    logger.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _first_lines(text: str, count: int = 3) -> str:

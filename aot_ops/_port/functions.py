@@ -37,6 +37,7 @@ from typing import Any, Callable
 import torch
 
 from .._core.torch_private import OpOverload, detect_fake_mode, is_alias_of
+from .._core.while_used import WhileUsed
 
 NAMESPACE = "aot_ops_fn"
 _lock = threading.Lock()
@@ -333,9 +334,25 @@ def _register(library: torch.library.Library, name: str, app: Application, num_t
 
 
 _recording = threading.local()  # per thread: the operators each export under way in it recorded (innermost last)
-_patch_lock = threading.Lock()
-_patch_users = 0  # exports recording now, in all threads: Function.apply stays patched while any does
-_original_apply = None
+
+
+def _install_recording():
+    original = torch.autograd.Function.__dict__["apply"]
+    torch.autograd.Function.apply = classmethod(_apply_recording(original))
+    return original
+
+
+def _restore_apply(original) -> None:
+    torch.autograd.Function.apply = original
+
+
+# torch has no scoped way to see a Function's application: Function.apply (a C classmethod since torch 2.14) does
+# not go through __torch_function__ (a TorchFunctionMode sees the operators of its forward, not the application),
+# functorch's custom_function_call is reached under its transforms alone, which an export does not run, and
+# torch._export.wrappers.allow_in_pre_dispatch_graph must decorate each Function's own apply. So Function.apply is
+# replaced on the class while any thread exports, and put back after the last: the replacement records in the
+# threads exporting and runs torch's own apply in all others (tests/test_scoped_switches.py).
+_recording_apply = WhileUsed(_install_recording, _restore_apply)
 
 
 @contextlib.contextmanager
@@ -343,23 +360,14 @@ def recorded_as_operators():
     """For the duration of an export: each application of a user's Function in this thread records a call of its
     operator; yields the list of the operators recorded, which the port keeps (they exist while it holds them).
     Function.apply is patched while any thread exports; other threads' applications run torch's own."""
-    global _patch_users, _original_apply
-    with _patch_lock:
-        if _patch_users == 0:
-            _original_apply = torch.autograd.Function.__dict__["apply"]
-            torch.autograd.Function.apply = classmethod(_apply_recording(_original_apply))
-        _patch_users += 1
     recorded: list[FunctionOperator] = []
-    exports = _recording.__dict__.setdefault("exports", [])
-    exports.append(recorded)
-    try:
-        yield recorded
-    finally:
-        exports.pop()
-        with _patch_lock:
-            _patch_users -= 1
-            if _patch_users == 0:
-                torch.autograd.Function.apply = _original_apply
+    with _recording_apply.used():
+        exports = _recording.__dict__.setdefault("exports", [])
+        exports.append(recorded)
+        try:
+            yield recorded
+        finally:
+            exports.pop()
 
 
 def _apply_recording(original):

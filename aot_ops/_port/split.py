@@ -29,6 +29,7 @@ import copy
 import logging
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,7 +55,8 @@ class SplitPort:
     `port(*inputs, **kwargs)`: MindSpore tensors (nested in lists, tuples and dicts as the module takes them) in,
     the module's outputs as MindSpore tensors, in the module's structure, out. `parts` lists every graph: the
     ported ones with their cells, the others with why torch runs them. The module stays referenced (torch runs its
-    Python), and each cell holds a copy of the weights its graph uses."""
+    Python), and each cell holds a copy of the weights its graph uses: a graph Dynamo runs for several instances of
+    a submodule's class (two heads alike) has a cell, and a part, per instance."""
 
     def __init__(self, module: torch.nn.Module, *, fuse: bool = False, recompiles: int = 8):
         if not isinstance(module, torch.nn.Module):
@@ -73,8 +75,6 @@ class SplitPort:
         self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
 
     def _backend(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        from . import port
-
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         calls = sum(n.op in ("call_function", "call_method", "call_module") for n in graph.graph.nodes)
         part = Part(calls, [])
@@ -85,21 +85,46 @@ class SplitPort:
         if not tensors:
             part.why = "no tensor input: constants computed by torch"
             return graph.forward
+        inputs = self._ported(graph, example_inputs, part)
+        weights = [k for k in range(len(example_inputs)) if k not in inputs]
+        # Dynamo guards a module's graph on the module's class and passes the instance's weights to it as inputs,
+        # so another instance of a submodule's class (a second head alike, with its own data-dependent step) runs
+        # the same graph with its own weights: ported again for them, a cell per set of weights.
+        cells = [_WeightsCell(example_inputs, weights, part.cell, inputs)]
+
+        def run(*tensors):
+            found = next((c for c in cells if c.holds(tensors)), None)
+            if found is None:  # called under the port's lock, as the backend is
+                cells[:] = [c for c in cells if c.alive()]
+                other = Part(calls, [])
+                self.parts.append(other)
+                kept = self._ported(graph, list(tensors), other)
+                found = _WeightsCell(tensors, weights, other.cell, kept)
+                cells.append(found)
+            return _on_mindspore(found.cell, found.inputs, tensors)
+        return run
+
+    def _ported(self, graph: torch.fx.GraphModule, values: list, part: Part) -> list[int]:
+        """Ports `graph` (left as it is) into `part`, its cell holding the weights among `values` (the graph's
+        inputs). Returns the positions of the inputs that reach the cell."""
+        from . import port
+
         # A copy: Dynamo calls the backend's answer with the inputs of the graph it handed over, as it was
         graph = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
         graph.eval()  # Dynamo's graphs start in training mode; this one was traced from the evaluating module
-        inputs = self._weights_as_attributes(graph, example_inputs)
-        part.input_shapes = [tuple(example_inputs[i].shape) for i in inputs]
-        part.cell = port(graph, tuple(example_inputs[i] for i in inputs), fuse=self.fuse, input_grads=False,
+        inputs = self._weights_as_attributes(graph, values)
+        part.input_shapes = [tuple(values[i].shape) for i in inputs]
+        part.cell = port(graph, tuple(values[i] for i in inputs), fuse=self.fuse, input_grads=False,
                          no_training="a split port evaluates only")
-        weights = {k: id(x) for k, x in enumerate(example_inputs) if k not in inputs}
-        return _on_mindspore(part.cell, inputs, weights)
+        return inputs
 
     def _weights_as_attributes(self, graph: torch.fx.GraphModule, example_inputs: list) -> list[int]:
-        """Where Dynamo passes the module's parameters and buffers to a graph as inputs (it inlines a module's
-        forward), they become the graph's own (get_attr), so that the cell holds them as Parameters instead of
-        taking hundreds of inputs per call (MindSpore's compiler refused a graph of 250 inputs: its checks nest
-        past the call-depth limit). Returns the positions of the inputs that stay inputs."""
+        """Dynamo passes the parameters and buffers of the modules it traces to a graph as inputs (it inlines the
+        modules' forward: torch's default, and since torch 2.13 the only way, inline_inbuilt_nn_modules=False being
+        deprecated and without effect); here they become the graph's own (get_attr), so that the cell holds them as
+        Parameters instead of taking hundreds of inputs per call (MindSpore's compiler refused a graph of 250
+        inputs: its checks nest past the call-depth limit). Returns the positions of the inputs that stay
+        inputs."""
         owners = {id(t): name for name, t in [*self.module.named_parameters(remove_duplicate=False),
                                                 *self.module.named_buffers(remove_duplicate=False)]}
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
@@ -131,34 +156,47 @@ class SplitPort:
         return tree_map(lambda v: to_ms(v) if isinstance(v, torch.Tensor) else v, outputs)
 
 
-def _on_mindspore(cell, inputs: list[int], weights: dict[int, int]) -> Callable:
-    """What Dynamo calls in place of a graph: torch tensors in (those at positions `inputs` reach the cell; the
-    others are the weights it holds, `weights`: position -> id of the tensor it was made with), torch tensors out,
-    the cell between."""
+class _WeightsCell:
+    """A graph's cell for one set of weights: the weights at positions `weights` of the graph's inputs (weakly: a
+    freed tensor's id may be another's later), the cell holding them, the positions of the inputs reaching it."""
+
+    def __init__(self, values, weights: list[int], cell, inputs: list[int]):
+        self.positions, self.weights = weights, [weakref.ref(values[k]) for k in weights]
+        self.cell, self.inputs = cell, inputs
+
+    def holds(self, tensors) -> bool:
+        return all(ref() is tensors[k] for ref, k in zip(self.weights, self.positions))
+
+    def alive(self) -> bool:
+        return not self.weights or any(ref() is not None for ref in self.weights)
+
+
+def _on_mindspore(cell, inputs: list[int], tensors: tuple) -> tuple:
+    """A graph's call, run by its cell: torch tensors in (those at positions `inputs` reach the cell; the others
+    are the weights it holds), torch tensors out."""
     from .._core.convert import ms_view, to_torch
 
-    def run(*tensors):
-        if any(id(tensors[k]) != ident for k, ident in weights.items()):
-            raise PortError("from_torch_split: a graph ported with one module's weights was called with another's "
-                            "(Dynamo reused it for another instance of the same class): port each instance with "
-                            "its own from_torch_split")
-        # Inputs: views of torch's memory, alive for the call. Outputs: copies, as MindSpore may give an output's
-        # memory to a later call once its Tensor is gone (views of two calls' outputs were seen to overlap).
-        outputs = cell(*(ms_view(tensors[i].detach().contiguous()) for i in inputs))
-        flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        return tuple(to_torch(o) for o in flat)
-    return run
+    # Inputs: views of torch's memory, alive for the call. Outputs: copies, as MindSpore may give an output's
+    # memory to a later call once its Tensor is gone (views of two calls' outputs were seen to overlap).
+    outputs = cell(*(ms_view(tensors[i].detach().contiguous()) for i in inputs))
+    flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    return tuple(to_torch(o) for o in flat)
 
 
 class _LimitsHit(logging.Handler):
     """Collects the code Dynamo leaves to torch once it met more sizes than its limit (its own warning says so:
-    "torch._dynamo hit config.recompile_limit ... function: 'name' (file:line)")."""
+    "torch._dynamo hit config.recompile_limit ... function: 'name' (file:line)"), in the thread that made it:
+    Dynamo compiles in the thread calling the compiled module, and another thread's warnings are about its own
+    code (another split port, or the user's torch.compile)."""
 
     def __init__(self, into: list[str]):
         super().__init__(logging.WARNING)
         self.into = into
+        self.thread = threading.get_ident()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if threading.get_ident() != self.thread:  # logging calls handlers in the thread making the record
+            return
         if str(record.msg).startswith("torch._dynamo hit config.") and len(record.args or ()) > 2:
             function = str(record.args[2])
             if function not in self.into:
@@ -167,16 +205,15 @@ class _LimitsHit(logging.Handler):
 
 @contextlib.contextmanager
 def _recompile_limit(limit: int, in_torch: list[str]):
-    """Dynamo's limit of sizes per piece of this network's code, and the code past it recorded in `in_torch`."""
+    """Dynamo's limit of sizes per piece of this network's code, and the code past it recorded in `in_torch`, for
+    the calling thread: torch's config patch is the thread's own (torch 2.12 and later keep config values per
+    thread; before, they were the process's, as every torch.compile setting was), and so are the warnings
+    collected."""
     logger = logging.getLogger("torch._dynamo.convert_frame")
     handler = _LimitsHit(in_torch)
     logger.addHandler(handler)
     try:
-        # inline_inbuilt_nn_modules=False: Dynamo then reads the modules' weights as attributes of the graph and
-        # guards on each module's identity, so a graph is never reused for another instance of the same class (its
-        # cell holds this instance's weights); with inlining, weights are graph inputs and instances share graphs.
-        with dynamo_config().patch(recompile_limit=limit, fail_on_recompile_limit_hit=False,
-                                   inline_inbuilt_nn_modules=False):
+        with dynamo_config().patch(recompile_limit=limit, fail_on_recompile_limit_hit=False):
             yield
     finally:
         logger.removeHandler(handler)

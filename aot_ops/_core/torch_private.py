@@ -218,18 +218,20 @@ def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
             del _regions_contexts[id(context)]
 
 
-def give_own_tables(clone: torch.nn.Module, copy_child) -> None:
+def give_own_tables(clone: torch.nn.Module, copy_child, tensor_for) -> None:
     """Gives `clone`, a copy.copy of a module (whose tables of submodules, parameters and buffers are still the
-    original's dicts), tables of its own: each submodule replaced by copy_child(submodule), the same parameter and
-    buffer tensors. nn.Module keeps these tables in private attributes, and its public setters write into the shared
-    dicts, which would change the original. Without it: the port would trace the user's module itself, whose
-    training flag, forward and layers it then changes while torch.export runs, and torch.export's own swap of
-    parameters for fake tensors would reach the user's module from another thread (_port/module_copy.py;
-    tests/test_threads.py)."""
+    original's dicts), tables of its own: each submodule replaced by copy_child(submodule), each parameter and buffer
+    by tensor_for(tensor) (the tensor itself, or one standing for it). nn.Module keeps these tables in private
+    attributes, and its public setters write into the shared dicts, which would change the original. Without it:
+    the port would trace the user's module itself, whose training flag, forward and layers it then changes while
+    torch.export runs, and torch.export's own swap of parameters for fake tensors would reach the user's module from
+    another thread (_port/module_copy.py; tests/test_module_untouched.py)."""
     clone._modules = type(clone._modules)(
         (name, None if child is None else copy_child(child)) for name, child in clone._modules.items())
-    clone._parameters = type(clone._parameters)(clone._parameters)
-    clone._buffers = type(clone._buffers)(clone._buffers)
+    clone._parameters = type(clone._parameters)(
+        (name, None if t is None else tensor_for(t)) for name, t in clone._parameters.items())
+    clone._buffers = type(clone._buffers)(
+        (name, None if t is None else tensor_for(t)) for name, t in clone._buffers.items())
 
 
 def set_program_signature(program, signature) -> None:

@@ -32,7 +32,7 @@ from torch.export import ExportedProgram
 
 from .._core import native_state as _runtime
 from .._core.primitive import CALL_LOCK
-from .._core.torch_private import HigherOrderOperator, OpOverload
+from .._core.torch_private import HigherOrderOperator, OpOverload, schema_of
 from .._aten import schema, sizes
 from .._aten.encode import encode
 from .errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
@@ -71,7 +71,8 @@ def refusal(node: torch.fx.Node) -> str | None:
         call = _example_call(node)
         attrs, tensors, _key = encode(call)
     except TypeError:  # arguments aot_ops cannot encode: the graph reader names them; the operator is judged here
-        return _runtime.aten_refusal(f"{target._schema.name}.{target._schema.overload_name}".rstrip("."), True) or None
+        schema_name = schema_of(target)
+        return _runtime.aten_refusal(f"{schema_name.name}.{schema_name.overload_name}".rstrip("."), True) or None
     try:
         schema.check_in_scope(call, attrs, tensors, factories=True)
     except ValueError as exc:
@@ -92,7 +93,7 @@ def _example_call(node: torch.fx.Node) -> schema.BoundCall:
         return value
 
     overload = node.target
-    positional = [a for a in overload._schema.arguments if not a.kwarg_only]
+    positional = [a for a in schema_of(overload).arguments if not a.kwarg_only]
     given = {a.name: v for a, v in zip(positional, node.args)}
     given.update(node.kwargs)
     return schema.bind(overload, (), {name: example(v) for name, v in given.items()})
@@ -172,7 +173,7 @@ def _hidden_writes(program: ExportedProgram) -> bool:
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, OpOverload):
             continue
-        arguments = node.target._schema.arguments
+        arguments = schema_of(node.target).arguments
         names = [a.name for a in arguments]
         if "running_mean" not in names:
             continue

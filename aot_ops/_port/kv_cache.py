@@ -17,18 +17,20 @@ needs no more.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from typing import Any
 
 import torch
 
+from .._core.silenced_logs import silenced
 from . import layer_stack
-from .layer_copies import SHALLOW
 from .errors import PortError, raised_by_aot_ops
+from .layer_copies import SHALLOW
+from .module_copy import structural_copy
 
 _log = logging.getLogger(__name__)
+
 
 def _written_part_layer(max_length: int):
     """A StaticLayer whose attention reads the positions written so far: the first `attended` (the attention
@@ -143,14 +145,13 @@ def _cache_shapes(model: torch.nn.Module, config, export_two_layers: bool = Fals
     if stack is not None:
         called, counting_two = stack.shallow(model)  # (the user's model and configuration are left as they are)
         config = counting_two or config
-    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
-    level = fake_log.level
-    fake_log.setLevel(logging.CRITICAL)  # a failing meta kernel is logged there: the fallback answers it
     try:
         cache = DynamicCache(config=config)
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+        # a failing meta kernel is logged there, for this thread: the fallback below answers it
+        with silenced("torch._subclasses.fake_tensor", below=logging.CRITICAL), torch.no_grad(), \
+                FakeTensorMode(allow_non_fake_inputs=True):
             called(input_ids=torch.ones((1, 2), dtype=torch.long), cache=cache, use_cache=True)
-        keys = [layer.keys for layer in cache.layers]
+        keys = [getattr(layer, "keys", None) for layer in cache.layers]  # (a recurrent layer holds none)
         if stack and len(keys) == SHALLOW:
             keys += keys[-1:] * (stack.count - len(keys))
         if all(isinstance(k, torch.Tensor) and k.dim() == 4 for k in keys):
@@ -160,8 +161,6 @@ def _cache_shapes(model: torch.nn.Module, config, export_two_layers: bool = Fals
             raise  # a bug of ours is not a model the probe cannot run
         _log.debug("from_torch_lm: the cache's shapes from the config, as a fake call of %s failed: %s",
                    type(model).__name__, exc)
-    finally:
-        fake_log.setLevel(level)
     from transformers.integrations.executorch import get_head_shapes
 
     return get_head_shapes(config)
@@ -224,30 +223,26 @@ def port_lm(model: torch.nn.Module, *, batch_size: int, max_length: int, fuse: b
     if tokens_per_call > 1 and max_length < tokens_per_call + 2:
         raise ValueError(f"from_torch_lm: tokens_per_call={tokens_per_call} needs max_length >= {tokens_per_call + 2} "
                          f"(a prompt token, a token decoded from it, and a block), got {max_length}")
-    was_training = model.training
-    model.eval()
     try:
-        # attending to the positions written (the whole-cache mask of StaticCacheLM serves references in torch)
-        wrapper = StaticCacheLM(model, batch_size, max_length, written_part=True, plan_key=plan_key,
-                                export_two_layers=export_two_layers).eval()
-    except Exception as exc:  # noqa: BLE001 - transformers' own error, named
+        # The port's own structural copy of the model in evaluation mode (the user's keeps its mode), attending to
+        # the positions written (the whole-cache mask of StaticCacheLM serves references in torch)
+        wrapper = StaticCacheLM(structural_copy(model).eval(), batch_size, max_length, written_part=True,
+                                plan_key=plan_key, export_two_layers=export_two_layers).eval()
+    except Exception as exc:  # noqa: BLE001 - transformers' own error, or a cache layer holding no keys, named
         raise PortError(f"from_torch_lm: {type(model).__name__} cannot hold transformers' StaticCache: "
                         f"{type(exc).__name__}: {exc}") from exc
-    try:
-        example = example_inputs(batch_size, max_length)
-        seq = torch.export.Dim("seq", min=1, max=max_length)
-        attended = torch.export.Dim("attended", min=1, max=max_length)
-        dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended},
-                   "position_ids": {1: seq}, "cache_position": {0: seq}}
-        cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
-                    no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
-                                    "has no training graph; port the model with from_torch to train it",
-                    compile_inputs=_one_token(batch_size) if fuse == "compile" else None, share_weights=share_weights,
-                    plan_key=plan_key, export_two_layers=export_two_layers)
-        block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
-                                                              fuse=fuse, jit=jit, plan_key=plan_key)
-    finally:
-        model.train(was_training)
+    example = example_inputs(batch_size, max_length)
+    seq = torch.export.Dim("seq", min=1, max=max_length)
+    attended = torch.export.Dim("attended", min=1, max=max_length)
+    dynamic = {"input_ids": {1: seq}, "attention_mask": {1: attended},
+               "position_ids": {1: seq}, "cache_position": {0: seq}}
+    cell = port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
+                no_training=f"{type(model).__name__} was ported for generation (from_torch_lm): the cell "
+                                "has no training graph; port the model with from_torch to train it",
+                compile_inputs=_one_token(batch_size) if fuse == "compile" else None, share_weights=share_weights,
+                plan_key=plan_key, export_two_layers=export_two_layers)
+    block = None if tokens_per_call == 1 else _port_block(wrapper, cell, tokens_per_call, batch_size, max_length,
+                                                          fuse=fuse, jit=jit, plan_key=plan_key)
     vocab = model.config.get_text_config().vocab_size
     return PortedLM(cell, batch_size, max_length, vocab, getattr(model, "generation_config", None),
                     type(model).__name__, block, tokens_per_call)
@@ -268,45 +263,31 @@ def _port_block(wrapper: StaticCacheLM, step_cell, tokens: int, batch_size: int,
     # the block's last step attends to `tokens` - 1 positions more than its mask covers
     attended = torch.export.Dim("attended", min=2, max=max_length - tokens + 1)
     dynamic = {"input_ids": None, "attention_mask": {1: attended}, "position_ids": None, "cache_position": None}
-    wrapper.tokens_per_call = tokens
-    try:
-        with _state_held_by(wrapper, step_cell):
-            return port(wrapper, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
-                        no_training=f"{type(wrapper.model).__name__} was ported for generation (from_torch_lm): "
-                                    "the cell has no training graph",
-                        compile_inputs=_one_token(batch_size) if fuse == "compile" else None,
-                        share_weights=True, plan_key=plan_key and f"{plan_key}-block{tokens}")
-    finally:
-        wrapper.tokens_per_call = 1
+    block = _held_by(wrapper, step_cell)
+    block.tokens_per_call = tokens
+    return port(block, (), example, dynamic_shapes=dynamic, fuse=fuse, jit=jit,
+                no_training=f"{type(wrapper.model).__name__} was ported for generation (from_torch_lm): "
+                            "the cell has no training graph",
+                compile_inputs=_one_token(batch_size) if fuse == "compile" else None,
+                share_weights=True, plan_key=plan_key and f"{plan_key}-block{tokens}")
 
 
-@contextlib.contextmanager
-def _state_held_by(module: torch.nn.Module, cell):
-    """While inside: each of `module`'s parameters and buffers is the memory of the Parameter of the same key in
-    `cell` (a port with share_weights then takes those Parameters rather than copying: convert.owning_parameter);
-    the module's own tensors are given back after."""
-    from .._core.convert import torch_view
+def _held_by(module: torch.nn.Module, cell) -> torch.nn.Module:
+    """A structural copy of `module` whose parameters and buffers are the memory of the Parameters of the same keys
+    in `cell` (a port with share_weights then takes those Parameters rather than copying:
+    convert.owning_parameter). `module` and its tensors are left as they are."""
+    from .._core.convert import owned_view
 
     parameters = cell.parameters_dict()
-    held: list[tuple[torch.Tensor, torch.Tensor]] = []
-    seen: set[int] = set()
-    try:
-        for key, tensor in [*module.state_dict(keep_vars=True).items(), *module.named_buffers(remove_duplicate=False)]:
-            if id(tensor) in seen:
-                continue
-            seen.add(id(tensor))
-            if key not in parameters:
-                raise PortError(f"from_torch_lm: the ported cell has no Parameter {key}")
-            held.append((tensor, tensor.data))
-            with torch.no_grad():
-                tensor.data = torch_view(parameters[key])
-            tensor._aot_ops_owner = parameters[key]
-        yield
-    finally:
-        for tensor, data in held:
-            with torch.no_grad():
-                tensor.data = data
-            del tensor._aot_ops_owner
+    views: dict[int, torch.Tensor] = {}
+    for key, tensor in [*module.state_dict(keep_vars=True).items(), *module.named_buffers(remove_duplicate=False)]:
+        if id(tensor) in views:
+            continue
+        if key not in parameters:
+            raise PortError(f"from_torch_lm: the ported cell has no Parameter {key}")
+        trains = tensor.requires_grad if isinstance(tensor, torch.nn.Parameter) else None
+        views[id(tensor)] = owned_view(parameters[key], requires_grad=trains)
+    return structural_copy(module, views)
 
 
 def _one_token(batch_size: int) -> dict[str, tuple[int | None, ...]]:

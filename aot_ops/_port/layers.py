@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .._core.torch_private import HigherOrderOperator, OpOverload
+from .._core.torch_private import HigherOrderOperator, OpOverload, schema_of
 from .errors import module_of
 from .export import DROPOUTS, dropout_is_identity
 
@@ -59,7 +59,7 @@ def is_pure(node: torch.fx.Node) -> bool:
     if isinstance(node.target, HigherOrderOperator):
         return False
     if isinstance(node.target, OpOverload):
-        return not node.target._schema.is_mutable and not _draws_random_numbers(node)
+        return not schema_of(node.target).is_mutable and not _draws_random_numbers(node)
     return getattr(node.target, "__module__", None) in ("_operator", "math", "torch")  # size arithmetic
 
 
@@ -72,7 +72,7 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
         return False
     if node.target in DROPOUTS:
         return not dropout_is_identity(node)
-    schema = node.target._schema
+    schema = schema_of(node.target)
     for k, argument in enumerate(schema.arguments):
         if argument.name == "dropout_p":
             value = node.args[k] if k < len(node.args) else node.kwargs.get("dropout_p", argument.default_value)

@@ -14,8 +14,9 @@ from .._core.torch_private import give_own_tables
 def structural_copy(module: torch.nn.Module, replaced: dict[int, Any] | None = None) -> torch.nn.Module:
     """A copy of every module of the tree (a new object each, with its own attributes and tables) holding the same
     parameter and buffer tensors, in the same places: its state_dict and named_parameters name the same tensors.
-    `replaced`: by id, a module to copy in place of that one (its submodules copied in turn), or a plain attribute
-    value (a configuration) the copies hold in place of that one. A module found twice is copied once."""
+    `replaced`: by id, a module to copy in place of that one (its submodules copied in turn), a parameter or buffer
+    to hold in place of that one, or a plain attribute value (a configuration) the copies hold in place of that one.
+    A module found twice is copied once."""
     replaced = replaced or {}
     copies: dict[int, torch.nn.Module] = {}
 
@@ -24,7 +25,7 @@ def structural_copy(module: torch.nn.Module, replaced: dict[int, Any] | None = N
             return copies[id(original)]
         clone = copy.copy(replaced.get(id(original), original))
         copies[id(original)] = clone
-        give_own_tables(clone, copied)
+        give_own_tables(clone, copied, lambda tensor: replaced.get(id(tensor), tensor))
         for name, value in list(vars(clone).items()):
             if not isinstance(value, torch.nn.Module) and id(value) in replaced:
                 setattr(clone, name, replaced[id(value)])

@@ -25,8 +25,8 @@ import decode  # noqa: E402 - the benchmark's model and prompt
 
 import aot_ops  # noqa: E402
 from aot_ops._core.convert import to_ms, to_torch  # noqa: E402
-from aot_ops._port.compiled import HALF_PRECISION_MATVEC_CONFIGS  # noqa: E402
-from aot_ops._port.kv_cache import StaticCacheLM  # noqa: E402
+from aot_ops._port.programs.compiled import HALF_PRECISION_MATVEC_CONFIGS  # noqa: E402
+from aot_ops._port.lm.kv_cache import StaticCacheLM  # noqa: E402
 
 SETTINGS_ROW = "written part, the port's Inductor settings"
 

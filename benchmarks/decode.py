@@ -174,7 +174,7 @@ class _FloorCell(ms.nn.Cell):
 def breakdown(new: int, rounds: int) -> None:
     """Milliseconds per one-token step: the ported cell's call and its program, fused and compiled, GRAPH_MODE,
     against torch eager's forward of the same wrapped model (blocks of 200 calls, interleaved; medians)."""
-    from aot_ops._port.kv_cache import StaticCacheLM
+    from aot_ops._port.lm.kv_cache import StaticCacheLM
 
     model = qwen2()
     length = PROMPT + new

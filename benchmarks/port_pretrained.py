@@ -114,8 +114,8 @@ def measure_port(folder: str) -> dict:
     import transformers
 
     import aot_ops
-    import aot_ops._port.kv_cache  # noqa: F401 - imported before the baseline, as a user's process has it
-    import aot_ops._port.pretrained  # noqa: F401
+    import aot_ops._port.lm.kv_cache  # noqa: F401 - imported before the baseline, as a user's process has it
+    import aot_ops._port.lm.pretrained  # noqa: F401
     from aot_ops._core.convert import to_ms, to_torch
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -198,7 +198,7 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     import transformers
 
     import aot_ops
-    import aot_ops._port.pretrained  # noqa: F401
+    import aot_ops._port.lm.pretrained  # noqa: F401
     from aot_ops._core.convert import to_ms, to_torch
     from aot_ops.testing import LanguageModellingLoss
 

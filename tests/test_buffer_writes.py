@@ -1,4 +1,4 @@
-"""Buffers an evaluation-only fused program updates where they live (aot_ops/_port/buffer_writes.py): written in
+"""Buffers an evaluation-only fused program updates where they live (aot_ops/_port/programs/buffer_writes.py): written in
 place by the write node where that is exact, copied in after the last node where it is not, and assigned by the
 cell (as before) where a backward may read them. Each against torch over several calls, in both modes."""
 from __future__ import annotations

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 import aot_ops
-from aot_ops._port.mode_programs import program_operator
-from aot_ops._port.program_inputs import ProgramInput, Source
-from aot_ops._port.compiled import is_compiled
+from aot_ops._port.programs.mode_programs import program_operator
+from aot_ops._port.programs.program_inputs import ProgramInput, Source
+from aot_ops._port.programs.compiled import is_compiled
 from port_support import assert_state_close, batches, train_mindspore, train_torch
 from support import to_ms, to_torch
 from test_from_torch import TRAINED
@@ -123,7 +123,7 @@ def test_a_package_is_compiled_once_then_loaded_from_the_cache_without_a_compile
         import sys, time, warnings
         import torch
         import aot_ops
-        from aot_ops._port.compiled import is_compiled
+        from aot_ops._port.programs.compiled import is_compiled
         from aot_ops._core.convert import to_ms, to_torch
         sys.path.insert(0, sys.argv[1])
         from test_compiled import SmallNet
@@ -165,7 +165,7 @@ def test_a_package_is_compiled_once_then_loaded_from_the_cache_without_a_compile
 def test_an_error_in_aot_ops_own_code_is_raised_not_taken_for_a_compile_failure(aot_cache, monkeypatch):
     """Only what torch cannot compile falls back with a warning: an exception raised in aot_ops' own code while
     compiling (here the package's key, made to fail) is a bug to see, and propagates as it is."""
-    from aot_ops._port import compiled
+    from aot_ops._port.programs import compiled
     from aot_ops._port.errors import raised_by_aot_ops
 
     def bad_key(source, examples):
@@ -260,7 +260,7 @@ def test_a_half_precision_evaluation_program_multiplies_one_row_in_inductor_loop
     same network in float32 keeps Inductor's defaults (its products stay ATen's)."""
     from torch._dynamo.utils import counters
 
-    from aot_ops._port.compiled import HALF_PRECISION_MATVEC_CONFIGS, inference_configs
+    from aot_ops._port.programs.compiled import HALF_PRECISION_MATVEC_CONFIGS, inference_configs
 
     torch.manual_seed(5)
     model, x = Projections().to(torch.bfloat16).eval(), torch.randn(1, 64, dtype=torch.bfloat16)

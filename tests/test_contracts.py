@@ -313,7 +313,7 @@ from torch._guards import detect_fake_mode
 from transformers.modeling_utils import _init_weights
 from .._core import library as _library, native_state
 from .._core.torch_private import OpOverload, schema_of
-from . import kept
+from .programs import kept
 
 _aten = torch.ops.aten
 
@@ -381,3 +381,48 @@ def test_private_names_of_other_libraries_are_used_in_the_shims_alone():
         relative = f"aot_ops/_core/{shim}.py"
         uses = _foreign_private_names((REPO / relative).read_text(), relative)
         assert uses and (library is None or any(library in text for _line, text in uses)), (shim, uses)
+
+
+# The port's stages in the order a port runs them (aot_ops/_port/__init__.py): a stage's modules import the stages
+# before it, never one after; the root's shared modules (errors, modes, plan) import no stage.
+_STAGES = ["trace", "read", "programs", "cells", "lm"]
+_SHARED_ROOT = {"errors", "modes", "plan"}
+
+
+def _port_imports(path) -> set[str]:
+    """The modules of aot_ops._port a file imports (dotted, relative to aot_ops._port), at any depth in the file."""
+    package = ("aot_ops." + ".".join(path.relative_to(REPO / "aot_ops").with_suffix("").parts)).rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                names = [".".join(base + ([node.module] if node.module else []))]
+            elif node.module:
+                names = [node.module]
+            names = [f"{n}.{a.name}" for n in names for a in node.names] + names
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        found |= {n[len("aot_ops._port."):] for n in names if n.startswith("aot_ops._port.")}
+    return found
+
+
+def test_the_port_s_stages_import_only_the_stages_before_them():
+    broken = []
+    for path in sorted((REPO / "aot_ops" / "_port").rglob("*.py")):
+        parts = path.relative_to(REPO / "aot_ops" / "_port").parts
+        stage = parts[0] if len(parts) > 1 else None
+        if stage is None and path.stem not in _SHARED_ROOT:
+            continue  # the pipeline (__init__), plan_cache and split sit above every stage
+        allowed = set(_STAGES[:_STAGES.index(stage) + 1]) if stage else set()
+        for imported in _port_imports(path):
+            target = imported.split(".")[0]
+            if target in _STAGES and target not in allowed:
+                broken.append(f"{path.relative_to(REPO)} imports aot_ops._port.{imported}")
+    assert not broken, "\n".join(broken)
+    # and each stage says its job and what it may import
+    for stage in _STAGES:
+        opening = ast.get_docstring(ast.parse((REPO / "aot_ops" / "_port" / stage / "__init__.py").read_text()))
+        assert opening and "May import" in opening, stage

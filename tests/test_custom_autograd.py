@@ -449,7 +449,7 @@ def test_a_functions_operator_lives_as_long_as_the_ports_calling_it():
     removed from torch's dispatcher when the last cell calling it is freed, and a later port makes a new one."""
     import gc
 
-    from aot_ops._port import functions
+    from aot_ops._port.trace import functions
 
     torch.manual_seed(0)
     x = torch.randn(3, 4)

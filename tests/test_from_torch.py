@@ -17,7 +17,7 @@ from mindspore import ops
 from torch import nn
 
 import aot_ops
-from aot_ops._port.program_inputs import ProgramInput
+from aot_ops._port.programs.program_inputs import ProgramInput
 from aot_ops._core import mindspore_private
 from graph_compiles import GraphCompiles
 from port_support import LR, assert_state_close, batches, train_mindspore, train_torch
@@ -224,8 +224,8 @@ class _InPlaceNet(nn.Module):
 
 @pytest.mark.parametrize("view_written", [False, True], ids=["rewritten", "functionalised_by_torch"])
 def test_evaluation_only_ports_in_place_calls_exactly(mode, fuse, view_written, shared_ports):
-    from aot_ops._port.export import Inputs, export
-    from aot_ops._port.functionalize import functionalize
+    from aot_ops._port.trace.export import Inputs, export
+    from aot_ops._port.trace.functionalize import functionalize
 
     torch.manual_seed(4)
     model = _InPlaceNet(view_written).eval()
@@ -900,7 +900,8 @@ def test_an_error_of_aot_ops_own_code_while_tracing_is_not_labelled_torch_s(monk
     """Errors torch raises while tracing become PortErrors in torch's words; one raised by aot_ops' own code (here
     made to fail: the helper the AOTAutograd trace calls on every output is given aot_ops' frames(), which fails
     on a tensor) surfaces with its own type and traceback."""
-    from aot_ops._port import errors, fused
+    from aot_ops._port import errors
+    from aot_ops._port.programs import fused
 
     monkeypatch.setattr(fused, "_unaliased", lambda output, _inputs: errors.frames(output))
     monkeypatch.setenv("AOT_OPS_PORT_CACHE", "0")

@@ -1,4 +1,4 @@
-"""Fused programs kept across ports (aot_ops/_port/fused_cache.py): a graph AOTAutograd traced once is not traced
+"""Fused programs kept across ports (aot_ops/_port/programs/fused_cache.py): a graph AOTAutograd traced once is not traced
 again, whatever the weights; anything that changes the programs (the graph's constants, what is trained, input
 gradients) makes a new key; graphs calling operators torch does not define are never kept. Every port trains as
 torch does, from the cache or not."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import aot_ops
-import aot_ops._port.fused as fused_module
+import aot_ops._port.programs.fused as fused_module
 from port_support import assert_state_close, batches, train_mindspore, train_torch
 from torch_nets import RoundThrough
 
@@ -124,7 +124,7 @@ def test_a_truncated_entry_is_traced_again_with_a_warning(traces, aot_cache, cap
     _port_and_train(ScaledClassifier([1.0, 2.0, 0.5, 1.0, 3.0]))
     (entry,) = (aot_cache / "fused").glob("*.pkl")
     entry.write_bytes(entry.read_bytes()[:100])
-    with caplog.at_level(logging.WARNING, logger="aot_ops._port.kept"):
+    with caplog.at_level(logging.WARNING, logger="aot_ops._port.programs.kept"):
         _port_and_train(ScaledClassifier([1.0, 2.0, 0.5, 1.0, 3.0]))
     assert traces.count == 2
     assert any("ignoring the kept entry" in r.getMessage() and str(entry) in r.getMessage()
@@ -134,7 +134,7 @@ def test_a_truncated_entry_is_traced_again_with_a_warning(traces, aot_cache, cap
 
 def test_each_kind_keeps_its_most_recently_used_entries(aot_cache, monkeypatch):
     """Beyond the limit, the least recently used entry goes; reading an entry makes it the most recently used."""
-    from aot_ops._port import kept
+    from aot_ops._port.programs import kept
 
     monkeypatch.setattr(kept, "LIMIT", 2)
     paths = [kept.entry("fused", f"entry{k}") for k in range(3)]

@@ -12,7 +12,7 @@ import transformers
 
 import aot_ops
 from aot_ops._core.convert import torch_view
-from aot_ops._port.sampling import Sampling, TokenChooser
+from aot_ops._port.lm.sampling import Sampling, TokenChooser
 from aot_ops.tools.zoo import FAMILIES as ZOO, _SMALL_DECODER, build_model
 from support import QUICK, to_ms, to_torch
 from test_transformers_use import decoder, left_padded_prompt
@@ -95,7 +95,7 @@ def test_the_program_writes_the_cache_where_it_lives(ported):
     """The fused step returns the logits alone and writes every layer's keys and values into the cache Parameters
     itself (in place: transformers' index_copy_), in both modes: after a prompt and a step they hold what torch's
     StaticCache holds."""
-    from aot_ops._port.kv_cache import StaticCacheLM
+    from aot_ops._port.lm.kv_cache import StaticCacheLM
 
     model, lm = ported["llama", True]
     fused = lm.cell.mode_programs["eval"].fused
@@ -244,7 +244,7 @@ def test_a_recurrent_cache_is_refused_with_its_reason():
 
 @pytest.mark.slow  # AOTInductor compiles the one-token step (seconds to a minute, then from the build cache)
 def test_compiled_one_token_step_decodes_like_torch():
-    from aot_ops._port.compiled import is_compiled
+    from aot_ops._port.programs.compiled import is_compiled
 
     model = language_model("qwen2")
     lm = aot_ops.from_torch_lm(model, batch_size=2, max_length=MAX_LENGTH, fuse="compile")
@@ -365,7 +365,7 @@ def test_a_block_that_cannot_fit_is_refused():
 
 @pytest.mark.slow  # AOTInductor compiles the block (seconds to a minute, then from the build cache)
 def test_a_compiled_block_gives_torchs_tokens(blocks):
-    from aot_ops._port.compiled import is_compiled
+    from aot_ops._port.programs.compiled import is_compiled
 
     model, lm = blocks["compile"]
     with CountedCalls(lm) as counted:

@@ -1,5 +1,5 @@
 """Grouped-query attention in a graph that is never differentiated attends per key/value head
-(aot_ops/_port/grouped_attention.py) instead of copying the keys and values once per query head: the same
+(aot_ops/_port/trace/grouped_attention.py) instead of copying the keys and values once per query head: the same
 results as torch, the repeat gone from the port where the rewrite is exact, kept where it is not."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Alike layers exported as two and copied into the others' places (aot_ops/_port/layer_stack.py, layer_copies.py):
-the expanded graph computes what the whole export computes, for several decoder families; layers that differ are
-exported whole; the user's module and configuration are never changed.
+"""Alike layers exported as two and copied into the others' places (aot_ops/_port/trace/layer_stack.py and
+layer_copies.py): the expanded graph computes what the whole export computes, for several decoder families; layers
+that differ are exported whole; the user's module and configuration are never changed.
 (Checked the same way once, beyond the suite: Mistral, Qwen3, Gemma, Phi-3, GPT-NeoX, StableLM, OLMo, OLMo 2,
 Cohere, Starcoder2, GPT-J, CodeGen, Falcon's new architecture, Granite equal; GPT-Neo's local/global layers,
 Qwen2's sliding-window layers and Mixtral's routed experts exported whole.)"""
@@ -11,11 +11,11 @@ import torch
 import transformers
 
 import aot_ops
-from aot_ops._port import layer_stack
-from aot_ops._port.layer_copies import SHALLOW, indexed_name
-from aot_ops._port.layers import layer_of
-from aot_ops._port.export import Inputs, export
-from aot_ops._port.kv_cache import StaticCacheLM, example_inputs
+from aot_ops._port.lm.kv_cache import StaticCacheLM, example_inputs
+from aot_ops._port.trace import layer_stack
+from aot_ops._port.trace.export import Inputs, export
+from aot_ops._port.trace.layer_copies import SHALLOW, indexed_name
+from aot_ops._port.trace.layers import layer_of
 from aot_ops.tools.random_checkpoint import write_random_checkpoint
 
 LENGTH = 16
@@ -186,7 +186,7 @@ def test_from_pretrained_exports_two_layers_and_generates_as_torch(tmp_path, mon
 def test_a_failure_of_the_copying_itself_is_raised_as_it_is(monkeypatch):
     """An error the copying does not expect (a bug, or a graph it was not written for) is raised with its own type
     and traceback: only NotExpandable means "export the module whole"."""
-    import aot_ops._port.layer_stack as stage
+    import aot_ops._port.trace.layer_stack as stage
 
     kind, settings = FAMILIES["llama"]
     wrapper = lm(kind, settings)

@@ -1,7 +1,7 @@
 """The port never changes the user's module, not even while it traces. What a port changes to trace a module (its
 training flag, forward with the fixed keyword values, a stack of layers cut to two and its configuration's count,
 torch.export's own swap of parameters for fake tensors) lands on a structural copy sharing the module's tensors
-(aot_ops/_port/module_copy.py). Checked from a second thread that samples the module while the ports run."""
+(aot_ops/_port/trace/module_copy.py). Checked from a second thread that samples the module while the ports run."""
 from __future__ import annotations
 
 import threading
@@ -10,7 +10,7 @@ import torch
 import transformers
 
 import aot_ops
-from aot_ops._port.kv_cache import port_lm
+from aot_ops._port.lm.kv_cache import port_lm
 
 
 def snapshot(model: torch.nn.Module) -> tuple:

@@ -110,7 +110,7 @@ def test_both_ways_of_reading_give_the_stored_bytes(folders, direct):
     cache give every tensor's exact bytes, whatever its offset in the file."""
     from safetensors.torch import load_file
 
-    from aot_ops._port.checkpoint import Checkpoint
+    from aot_ops._port.lm.checkpoint import Checkpoint
 
     checkpoint = Checkpoint(folders["llama"])
     expected = {}
@@ -130,7 +130,7 @@ class Exports:
     """Counts torch.export runs of ports (the tracing stage's calls of export.py's export)."""
 
     def __init__(self, monkeypatch):
-        import aot_ops._port.read_stage as port_module
+        import aot_ops._port.read.stage as port_module
 
         self.count, export = 0, port_module.export
 
@@ -243,7 +243,7 @@ folder = sys.argv[1]
 config = transformers.LlamaConfig(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
                                   intermediate_size=2816, vocab_size=32000)
 write_random_checkpoint(folder, config, dtype=torch.bfloat16, shard_bytes=64 << 20)
-import aot_ops._port, aot_ops._port.pretrained, aot_ops._port.kv_cache  # imported before the baseline
+import aot_ops._port, aot_ops._port.lm.pretrained, aot_ops._port.lm.kv_cache  # imported before the baseline
 import transformers.models.llama.modeling_llama
 def field(name):
     for line in open("/proc/self/status"):
@@ -297,7 +297,7 @@ def with_lora(model):
 def test_lora_fine_tuning_of_a_loaded_decoder_equals_torch(folders, dtype):
     import mindspore as ms
 
-    from aot_ops._port.program_inputs import SavedFrom
+    from aot_ops._port.programs.program_inputs import SavedFrom
 
     ids = prompt(2, 12, LLAMA["vocab_size"])
     loss_cell = aot_ops.from_torch(with_lora(aot_ops.load_pretrained(folders["llama"], dtype=dtype)), (ids,),

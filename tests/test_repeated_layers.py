@@ -1,4 +1,4 @@
-"""Repeated layers traced once (aot_ops/_port/layers_traced_once.py): the layers of an exported graph that are alike become
+"""Repeated layers traced once (aot_ops/_port/programs/layers_traced_once.py): the layers of an exported graph that are alike become
 one shared `invoke_subgraph` region for AOTAutograd's trace, and the regions are taken out again before the
 programs are read. Checked: which layers are found alike (a layer whose parameters are frozen is not like the
 others), that the graph with regions and the graph put back compute what the exported graph computes, and that a
@@ -14,9 +14,9 @@ import transformers
 from torch.export import Dim
 
 import aot_ops
-from aot_ops._port.export import Inputs, export
-from aot_ops._port.layers import is_pure
-from aot_ops._port.layers_traced_once import inline_regions, with_repeated_regions
+from aot_ops._port.trace.export import Inputs, export
+from aot_ops._port.trace.layers import is_pure
+from aot_ops._port.programs.layers_traced_once import inline_regions, with_repeated_regions
 
 INVOKE = torch.ops.higher_order.invoke_subgraph
 CONFIG = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -102,7 +102,7 @@ def test_a_fused_port_traced_through_regions_trains_as_torch(exported, monkeypat
     kept traces are off: a trace read from the build cache would make none)."""
     import mindspore as ms
 
-    import aot_ops._port.fused as fused_module
+    import aot_ops._port.programs.fused as fused_module
 
     model = exported[0]
     reference = copy.deepcopy(model)

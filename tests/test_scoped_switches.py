@@ -204,7 +204,7 @@ def test_a_function_applied_by_another_thread_during_an_export_runs_torch_s_appl
     """While the main thread exports a module applying one Function (Function.apply replaced on the class, as
     torch offers no scoped hook), another thread applies another Function eagerly: its outputs and gradients are
     torch's, it is not recorded as an operator, and Function.apply is torch's again once the port is made."""
-    from aot_ops._port import functions
+    from aot_ops._port.trace import functions
 
     torch_apply = torch.autograd.Function.__dict__["apply"]
     _Exported.exporting.clear()

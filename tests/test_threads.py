@@ -74,7 +74,7 @@ warnings.filterwarnings("ignore")
 import numpy as np, mindspore as ms, torch
 ms.set_device("CPU")
 import aot_ops
-from aot_ops._port import functions
+from aot_ops._port.trace import functions
 sys.path.insert(0, sys.argv[1])
 # Ported: recorded as an operator by the exports of the main thread. From a large source file: before the kernels
 # stopped parsing it (inspect, for an error label) on MindSpore's thread and exports held the call lock, 3 runs of

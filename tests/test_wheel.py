@@ -90,7 +90,7 @@ def _python(installed, source: str, timeout=600) -> str:
 
 def test_installed_package_is_the_wheel_with_its_sources(installed):
     out = _python(installed, """
-        import aot_ops, aot_ops._aten, aot_ops._port, aot_ops.tools.fuzz
+        import aot_ops, aot_ops._aten, aot_ops._port, aot_ops._port.lm.kv_cache, aot_ops.tools.fuzz  # (the stages too)
         from aot_ops._native import paths as _paths
         from aot_ops.ascendc import npu as ascendc_npu
         print(aot_ops.__file__)

@@ -5,8 +5,8 @@ source: it must name every parameter (a `*args` bprop is refused) and its source
 exec'd). So a bprop is written as the source of a factory, `def make(<captures>): def bprop(<inputs>, out, dout):
 <body>; return bprop` (bprop_source), into an imported file: here for the generic shapes of any number of inputs
 (one file per shape and count, made on first use), and in a ported cell's generated file for its programs
-(_port/codegen.py). `dout` is a tuple when the operator has several outputs; MindSpore passes a tuple argument to a
-Custom primitive as consecutive tensors, which is what the backward kernel expects.
+(_port/cells/codegen.py). `dout` is a tuple when the operator has several outputs; MindSpore passes a tuple argument
+to a Custom primitive as consecutive tensors, which is what the backward kernel expects.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def free_jit_phases(phases: set[str]) -> int:
     """Frees those graphs, as ms.ms_memory_recycle() frees every graph; the number freed. It takes MindSpore's
     graph executor, so it must not run where MindSpore may be waiting: not on one of its kernel threads (a Python
     kernel's allocation that started a garbage collection ran it there, and the process hung), nor inside a call
-    (aot_ops/_port/graph_entry.py: CollectedGraphs decides when)."""
+    (aot_ops/_port/cells/graph_entry.py: CollectedGraphs decides when)."""
     from mindspore._c_expression import JitExecutor_
     from mindspore.graph.api import _cell_graph_executor, ms_compile_cache
 

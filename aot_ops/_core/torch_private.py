@@ -88,7 +88,7 @@ def is_view(tensor: torch.Tensor) -> bool:
     """Whether `tensor` is a view of another tensor (its storage another's, through autograd's view tracking).
     Tensor has no public method for it. Without it a fused program could return a view of its input or of a
     parameter, which AOTAutograd then rebuilds outside its graphs, and the backward gets fewer cotangents than it
-    takes (_port/fused.py; tests/test_from_torch.py: test_outputs_that_alias_inputs_or_each_other)."""
+    takes (_port/programs/fused.py; tests/test_from_torch.py: test_outputs_that_alias_inputs_or_each_other)."""
     return tensor._is_view()
 
 
@@ -184,10 +184,11 @@ _region_schemas = WhileUsed(_install_region_schema, _remove_region_schema)
 
 @contextlib.contextmanager
 def repeated_regions_traced_once(fake_mode: FakeTensorMode, joint_pass):
-    """The context in which AOTAutograd traces each `invoke_subgraph` region once (_port/repeated.py):
+    """The context in which AOTAutograd traces each `invoke_subgraph` region once
+    (_port/programs/layers_traced_once.py):
     - a tracing context, which holds torch's cache of the regions' forward, backward and partition;
     - `joint_pass(joint_graph, joint_inputs)` run on the joint graph once the regions are partitioned, before the
-      whole graph is (functorch's `joint_custom_pass`): repeated.py puts the regions' nodes back there, so the
+      whole graph is (functorch's `joint_custom_pass`): layers_traced_once.py puts the regions' nodes back there, so the
       forward and backward graphs name their saved values alike, as without regions;
     - each region's schema (which torch reads under autograd to refuse a region writing its inputs) traced once:
       torch traces the whole region again at every call to make it, 0.27 s per layer of a Llama, 11.8 of the
@@ -225,7 +226,7 @@ def give_own_tables(clone: torch.nn.Module, copy_child, tensor_for) -> None:
     attributes, and its public setters write into the shared dicts, which would change the original. Without it:
     the port would trace the user's module itself, whose training flag, forward and layers it then changes while
     torch.export runs, and torch.export's own swap of parameters for fake tensors would reach the user's module from
-    another thread (_port/module_copy.py; tests/test_module_untouched.py)."""
+    another thread (_port/trace/module_copy.py; tests/test_module_untouched.py)."""
     clone._modules = type(clone._modules)(
         (name, None if child is None else copy_child(child)) for name, child in clone._modules.items())
     clone._parameters = type(clone._parameters)(
@@ -237,14 +238,14 @@ def give_own_tables(clone: torch.nn.Module, copy_child, tensor_for) -> None:
 def set_program_signature(program, signature) -> None:
     """Replaces an ExportedProgram's graph signature after its graph gained inputs or outputs: torch offers no
     setter (its own passes build a new program through private constructors). Without it: from_pretrained's
-    layers copied into a graph exported with two would have no specs (_port/layer_copies.py;
+    layers copied into a graph exported with two would have no specs (_port/trace/layer_copies.py;
     tests/test_layer_stack.py)."""
     program._graph_signature = signature
 
 
 def set_program_state(program, target: str, tensor: torch.Tensor, persistent: bool) -> None:
     """Adds a tensor to what an ExportedProgram's module() runs with (its state_dict, or its constants for a
-    non-persistent buffer): no public setter either (_port/layer_copies.py; tests/test_layer_stack.py)."""
+    non-persistent buffer): no public setter either (_port/trace/layer_copies.py; tests/test_layer_stack.py)."""
     if persistent:
         program._state_dict[target] = tensor
     else:
@@ -253,6 +254,6 @@ def set_program_state(program, target: str, tensor: torch.Tensor, persistent: bo
 
 def is_persistent_buffer(module: torch.nn.Module, name: str) -> bool:
     """Whether a module's own buffer `name` is saved in its state_dict: nn.Module keeps the others in a private set,
-    and state_dict would walk the whole subtree to tell (_port/layer_stack.py compares layers by it;
+    and state_dict would walk the whole subtree to tell (_port/trace/layer_stack.py compares layers by it;
     tests/test_layer_stack.py)."""
     return name not in module._non_persistent_buffers_set

@@ -12,7 +12,7 @@ def model_from_config(model_class: Any, config: Any, **kwargs) -> Any:
     """A model of the concrete class `model_class` (LlamaForCausalLM, ...) built from `config` alone, its weights
     neither read nor initialised from a checkpoint: what the Auto classes' public from_config calls. A concrete class
     has no public from_config. Without it load_pretrained(model_class=<a concrete class>) cannot build the model
-    (_port/pretrained.py; tests/test_pretrained.py)."""
+    (_port/lm/pretrained.py; tests/test_pretrained.py)."""
     return model_class._from_config(config, **kwargs)
 
 
@@ -20,7 +20,7 @@ def weight_initialiser(model: Any) -> Callable[[Any], None] | None:
     """The model's initialisation of one of its submodules (`PreTrainedModel._init_weights(module)`), which
     transformers' own loading runs for the tensors a checkpoint lacks; None for a model without one. Without it the
     non-persistent buffers (rotary frequencies, embedding scales), which no checkpoint holds, could not be computed,
-    and load_pretrained would refuse every model that has them (_port/pretrained.py; tests/test_pretrained.py)."""
+    and load_pretrained would refuse every model that has them (_port/lm/pretrained.py; tests/test_pretrained.py)."""
     return getattr(model, "_init_weights", None)
 
 

@@ -22,10 +22,13 @@ from typing import Any, Sequence
 
 import torch
 
-from . import cell_stage, plan_cache, program_stage, read_stage
-from .cell import PortedCell
+from . import plan_cache
+from .cells import stage as cell_stage
+from .cells.cell import PortedCell
 from .errors import PortError
-from .export import CACHE_ADVICE, Inputs
+from .programs import stage as program_stage
+from .read import stage as read_stage
+from .trace.export import CACHE_ADVICE, Inputs
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 

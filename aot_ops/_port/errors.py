@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import Error
 from .._core.torch_private import OpOverload, schema_of
+from ..errors import Error
 
 
 class PortError(Error, RuntimeError):

@@ -24,9 +24,9 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from . import kept
 from .._build import cache
 from .._core.transformers_private import attention_implementation
+from .programs import kept
 
 log = logging.getLogger(__name__)
 

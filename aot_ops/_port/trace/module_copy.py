@@ -3,7 +3,6 @@
 for fake tensors) is changed on the copy, never on the user's module, which another thread may use meanwhile."""
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -23,7 +22,11 @@ def structural_copy(module: torch.nn.Module, replaced: dict[int, Any] | None = N
     def copied(original: torch.nn.Module) -> torch.nn.Module:
         if id(original) in copies:
             return copies[id(original)]
-        clone = copy.copy(replaced.get(id(original), original))
+        source = replaced.get(id(original), original)
+        # A new object of the class holding the same attributes, as copy.copy makes one, without the class's pickle
+        # hooks: a parametrized module's __getstate__ refuses (torch.nn.utils.parametrize)
+        clone = type(source).__new__(type(source))
+        vars(clone).update(vars(source))
         copies[id(original)] = clone
         give_own_tables(clone, copied, lambda tensor: replaced.get(id(tensor), tensor))
         for name, value in list(vars(clone).items()):

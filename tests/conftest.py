@@ -9,6 +9,7 @@ import filelock  # noqa: E402  (a dependency of torch)
 import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402
 
+import gc_freeze  # noqa: E402
 import scheduling  # noqa: E402
 from support import MODE_IDS, MODES  # noqa: E402
 
@@ -23,6 +24,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(trylast=True)  # after xdist's hook has applied them
 def pytest_collection_finish(session):
     scheduling.check_groups_applied(session.config, session.items)
+    gc_freeze.after_collection()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the item's set-up (the last item's teardown is done)
+def pytest_runtest_protocol(item, nextitem):
+    gc_freeze.before_test(item)
 
 
 @pytest.fixture(params=MODES, ids=MODE_IDS)

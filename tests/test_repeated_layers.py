@@ -153,3 +153,44 @@ def test_a_layer_drawing_random_numbers_is_traced_as_it_is():
     dropouts = [graph.call_function(torch.ops.aten.dropout.default, (q, p, train))
                 for p, train in ((0.1, True), (0.1, False), (0.0, True))]
     assert [is_pure(n) for n in dropouts] == [False, True, True]
+
+
+def test_a_region_reading_an_earlier_kind_of_region_is_called_on_its_result():
+    """Two kinds of alike layers, the first kind's last output read by the second kind's first layer: once the
+    first kind's regions are calls, the second kind's region takes the call's result as its input (diffusers'
+    AutoencoderKL, whose blocks of two kinds follow each other, failed with a KeyError before)."""
+    class Block(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.norm, self.up, self.down = (torch.nn.LayerNorm(width), torch.nn.Linear(width, 2 * width),
+                                             torch.nn.Linear(2 * width, width))
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x)))).tanh() * torch.sigmoid(x) * 0.5
+
+    class Other(Block):
+        def forward(self, x):
+            return x - self.up(self.norm(x)).relu().sum(-1, keepdim=True) * torch.sigmoid(x).tanh() * 0.25
+
+    class TwoKinds(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = torch.nn.ModuleList(Block(8) for _ in range(3))
+            self.second = torch.nn.ModuleList(Other(8) for _ in range(2))
+
+        def forward(self, x):
+            for block in [*self.first, *self.second]:  # second.0 reads first.2's output
+                x = block(x)
+            return x.square().mean()
+
+    torch.manual_seed(3)
+    model, x = TwoKinds().train(), torch.randn(4, 8)
+    program = export(model, Inputs((x,)), None, training=True, rewrite_in_place=True).program
+    needs_grad = [s.kind.name == "PARAMETER" for s in program.graph_signature.input_specs]
+    regions = with_repeated_regions(program.graph_module, needs_grad)
+    calls = [n for n in regions.graph.nodes if n.target is INVOKE]
+    # first.1 and first.2 alike (first.0 reads the input, which needs no gradient), second.0 and second.1
+    assert sorted(n.args[1] for n in calls) == ["aot_ops_repeated_0"] * 2 + ["aot_ops_repeated_1"] * 2
+    values = [program.state_dict[s.target] if s.target in program.state_dict else x
+              for s in program.graph_signature.input_specs]
+    torch.testing.assert_close(regions(*values), program.graph_module(*values), rtol=0, atol=0)

@@ -44,7 +44,7 @@ def with_repeated_regions(module: torch.fx.GraphModule, needs_grad: list[bool]) 
     for count, members in enumerate(groups):
         members = [region.found_in(in_copy) for region in members]
         name = f"aot_ops_repeated_{count}"
-        module.add_submodule(name, _subgraph(module, members[0]))
+        module.add_submodule(name, _subgraph(module, members[0], replaced))
         for region in members:
             _call_region(graph, name, region, replaced)
     graph.lint()
@@ -135,11 +135,13 @@ def _layers(module: torch.fx.GraphModule, grad: dict[torch.fx.Node, bool]) -> li
     return found
 
 
-def _subgraph(module: torch.fx.GraphModule, region: Layer) -> torch.fx.GraphModule:
-    """The region as a graph of its own: its inputs as placeholders, its outputs returned as a tuple."""
+def _subgraph(module: torch.fx.GraphModule, region: Layer, replaced: dict) -> torch.fx.GraphModule:
+    """The region as a graph of its own: its inputs as placeholders, its outputs returned as a tuple. `replaced`: the
+    earlier groups' region outputs by the call results that stand for them, which the region's nodes now read."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for k, value in enumerate(region.inputs):
+        value = replaced.get(value, value)
         env[value] = graph.placeholder(f"input_{k}")
         env[value].meta = dict(value.meta)
     for node in region.nodes:

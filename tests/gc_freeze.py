@@ -11,9 +11,14 @@ cannot be garbage.
 still freed when their reference count drops to zero; only a reference cycle among them is never collected).
 So the objects are frozen when nothing a test made is alive:
 - once the test files are collected (every module they import, the test items);
-- again before the first test of the next test file, when the collector tracks more than `THRESHOLD` objects
-  again (modules imported since, session fixtures, module-level caches such as the zoo's reports): the last file's
-  function and module fixtures are torn down by then, and what they left in reference cycles is collected first.
+- again before the first test of the next scheduling group (a file, a function of a spread file, a zoo family),
+  when the collector tracks more than `THRESHOLD` objects again (modules imported since, such as a zoo family's
+  transformers model, session fixtures, module-level caches such as the zoo's reports): the last group's function
+  fixtures are torn down by then (and its module fixtures, where the group was its file), and what they left in
+  reference cycles is collected first. A file split into several groups has no module fixtures (test_zoo,
+  test_vision_zoo, test_compiled, test_from_torch); one that gets some should keep its tests one group, or its
+  module fixtures are frozen while alive (a reference cycle among them is then kept after the file: memory, not
+  results).
 Objects a test makes are never frozen before it ends, so a test that drops a cell and collects (test_kernel_state,
 test_custom_autograd, test_port_memory) sees it freed as before.
 
@@ -26,7 +31,7 @@ import os
 
 THRESHOLD = 100_000  # tracked objects (a full collection of them: about 0.1 s)
 
-_last_module: list[object] = [None]
+_last_group: list[object] = [None]
 
 
 def enabled() -> bool:
@@ -45,10 +50,12 @@ def after_collection() -> None:
 
 
 def before_test(item) -> None:
-    """Before `item`'s set-up: at a new test file, freezes again if enough objects have gathered."""
-    module = getattr(item, "module", None)
-    if module is _last_module[0] or not enabled():
+    """Before `item`'s set-up: at a new scheduling group (tests/scheduling.py), freezes again if enough objects
+    have gathered."""
+    marker = item.get_closest_marker("xdist_group")
+    group = (getattr(item, "module", None), marker and (marker.args[0] if marker.args else marker.kwargs.get("name")))
+    if group == _last_group[0] or not enabled():
         return
-    _last_module[0] = module
+    _last_group[0] = group
     if len(gc.get_objects()) > THRESHOLD:
         freeze()

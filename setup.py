@@ -32,7 +32,20 @@ class BuildBundledLibraries(BuildAotExtension):
                 target = Path(self.build_lib) / "aot_ops" / f"_{name}"
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(HERE / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.o", "*.so"))
+        self.runtime_objects = self.build_ms_ext_runtime()
         super().run()
+
+    def build_ms_ext_runtime(self) -> list[Path]:
+        """ms_ext's runtime units, compiled once: the bundled libraries link them, and they are installed in
+        aot_ops/lib/ms_ext_runtime for the libraries users build later (aot_ops/_build/runtime.py)."""
+        from aot_ops._build import builder, runtime
+
+        in_source_tree = bool(self.inplace or self.editable_mode)
+        build_dir = Path("build" if in_source_tree else self.build_temp) / "ms_ext_runtime"
+        spec = builder.LibrarySpec(name="ms_ext_runtime", sources=[], use_torch=False, runtime_objects=())
+        objects = builder.build_objects(spec, build_dir.resolve(), verbose=self.verbose > 1)
+        folder = runtime.RUNTIME_DIR if in_source_tree else Path(self.build_lib) / "aot_ops" / "lib" / "ms_ext_runtime"
+        return runtime.install(objects, folder)
 
     def build_extension(self, ext):
         if not isinstance(ext, front_build.FrontExtension):

@@ -64,6 +64,10 @@ class BuildAotExtension(build_ext):
         # No Python ABI suffix: MindSpore loads the library by the path the user gives it.
         return str(Path(*fullname.split("."))) + ".so"
 
+    # ms_ext's runtime objects the libraries link (aot_ops' own setup.py compiles them first); None: those
+    # installed with aot_ops (aot_ops._build.runtime)
+    runtime_objects = None
+
     def run(self) -> None:
         # setuptools builds into build_lib with `inplace` switched off, then copies into the source tree; the
         # RUNPATH must be computed for where the library will finally live.
@@ -92,7 +96,8 @@ class BuildAotExtension(build_ext):
             extra_cflags=ext.aot_cflags, extra_ldflags=ext.aot_ldflags,
             extra_include_paths=[p.resolve() for p in ext.aot_include_dirs],
             torch_runpath=runpath if ext.use_torch else None,
-            npu_toolchain=npu.toolchain() if getattr(ext, "device", "cpu") == "npu" else None)
+            npu_toolchain=npu.toolchain() if getattr(ext, "device", "cpu") == "npu" else None,
+            runtime_objects=self.runtime_objects)
         builder.build_library(spec, self.build_dir_for(ext), output, verbose=self.verbose > 1)
         build_info.write(output, use_torch=ext.use_torch)
 

@@ -160,3 +160,59 @@ def test_a_compiler_with_only_the_static_cxx_runtime_links_the_shared_one(tmp_pa
     format_ = ctypes.CDLL(str(out)).Format
     format_.restype = ctypes.c_char_p
     assert format_(ctypes.c_long(42)) == b"[42]"
+
+
+PLAIN_KERNEL = """
+    #include <cstdint>
+    #include <ms_ext/c_api.h>
+    extern "C" int Zero(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+      return 0;
+    }
+"""
+
+
+def _exported(library) -> set[str]:
+    table = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True,
+                           check=True).stdout
+    return {line.split()[-1] for line in table.splitlines() if line.strip()}
+
+
+def test_libraries_link_the_runtime_compiled_at_install_and_export_what_a_compiled_one_does(tmp_path):
+    """ms_ext's runtime units are compiled once (setup.py, aot_ops/lib/ms_ext_runtime) and linked into each
+    library built after; a library compiling them itself exports the same symbols."""
+    from aot_ops._build import builder, runtime
+
+    source = tmp_path / "zero.cpp"
+    source.write_text(textwrap.dedent(PLAIN_KERNEL))
+    installed = runtime.prebuilt()
+    assert installed is not None and [o.parent for o in installed] == [runtime.RUNTIME_DIR] * len(installed)
+    libraries = {}
+    for how, objects in (("installed", None), ("compiled", ())):
+        spec = builder.LibrarySpec(name=f"zero_{how}", sources=[source], use_torch=False, runtime_objects=objects)
+        build_dir = tmp_path / how
+        libraries[how] = builder.build_library(spec, build_dir, tmp_path / f"libzero_{how}.so")
+        ninja = (build_dir / "build.ninja").read_text()
+        compiles_runtime = all(f"ms_ext/src/{src.name}" in ninja for src, _ in runtime.units())
+        links_installed = all(str(obj) in ninja for obj in installed)
+        assert (compiles_runtime, links_installed) == ((False, True) if how == "installed" else (True, False)), how
+    assert "ms_ext_mapped" in _exported(libraries["installed"]) and "Zero" in _exported(libraries["installed"])
+    assert _exported(libraries["installed"]) == _exported(libraries["compiled"])
+
+
+def test_a_runtime_compiled_from_another_ms_ext_or_compiler_is_not_linked(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from aot_ops._build import runtime
+
+    folder = tmp_path / "ms_ext_runtime"
+    shutil.copytree(runtime.RUNTIME_DIR, folder)
+    assert runtime.prebuilt(folder) == [folder / o.name for o in runtime.prebuilt()]
+    record = json.loads((folder / runtime.RECORD).read_text())
+    for key, other in (("ms_ext", "0" * 64), ("cxx", "/usr/bin/another-g++:1:1")):
+        changed = dict(record, description=dict(record["description"], **{key: other}))
+        (folder / runtime.RECORD).write_text(json.dumps(changed))
+        assert runtime.prebuilt(folder) is None, key
+    (folder / runtime.RECORD).write_text(json.dumps(record))
+    (folder / record["objects"][0]).unlink()  # an object missing: compiled with the library
+    assert runtime.prebuilt(folder) is None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import cuda, npu, toolchain
+from . import cuda, npu, runtime, toolchain
 from ..errors import Error
 
 log = logging.getLogger("aot_ops.build")
@@ -53,6 +53,9 @@ class LibrarySpec:
     torch_runpath: Sequence[str] | None = None
     npu_toolchain: npu.NpuToolchain | None = None
     npu_runtime_in_sources: bool = False
+    # ms_ext's runtime objects to link (runtime.py): None links those installed with aot_ops when they match this
+    # ms_ext and compiler; () or a mismatch compiles the runtime units with the library.
+    runtime_objects: Sequence[Path] | None = None
 
     @property
     def has_cuda(self) -> bool:
@@ -89,17 +92,22 @@ def _user_units(spec: LibrarySpec) -> list[tuple[Path, str, list[str]]]:
     return units
 
 
+def _linked_and_compiled(spec: LibrarySpec) -> tuple[list[Path], list[tuple[Path, str, list[str]]]]:
+    """The prebuilt objects the library links, and the units it compiles (source, rule, flags), in link order."""
+    linked = list(spec.runtime_objects) if spec.runtime_objects is not None else runtime.prebuilt() or []
+    units = [] if linked else [(src, "cxx", flags) for src, flags in runtime.units()]
+    return linked, units + _user_units(spec)
+
+
 def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     """A build.ninja with one rule per ABI: the MindSpore-facing runtime TU is compiled with ABI 0, everything
-    that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers.
+    that may touch torch with torch's ABI. ninja's depfiles make rebuilds follow edited headers. ms_ext's runtime
+    units are linked from the objects installed with aot_ops when those match (runtime.py), else compiled here.
 
     `objects` is a target of its own: CUDA sources can be compiled on a machine that cannot link them."""
     from ninja.ninja_syntax import Writer, escape  # the `ninja` PyPI package
 
-    runtime = toolchain.ms_ext_runtime_sources()
-    units = [(src, "cxx", toolchain.abi0_cflags()) for src in runtime["abi0"]]
-    units += [(src, "cxx", toolchain.plain_cflags()) for src in runtime["plain"]]
-    units += _user_units(spec)
+    linked, units = _linked_and_compiled(spec)
 
     path = build_dir / "build.ninja"
     with open(path, "w") as fh:
@@ -126,6 +134,7 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
             _build(fh, [obj], rule, [str(source)], {"cflags": " ".join(shlex.quote(f) for f in flags)})
             objects.append(obj)
         _build(fh, ["objects"], "phony", objects, {})
+        objects = [str(obj) for obj in linked] + objects
         ldflags = toolchain.link_flags(spec.use_torch, spec.torch_runpath) + list(spec.extra_ldflags)
         if spec.has_cuda:
             ldflags += cuda.link_flags(spec.use_torch)
@@ -251,7 +260,7 @@ def build_objects(spec: LibrarySpec, build_dir: Path, verbose: bool = False) -> 
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
     write_ninja_file(spec, build_dir, build_dir / f"{spec.name}.so")
     run_ninja(build_dir, verbose=verbose, targets=["objects"])
-    return sorted((build_dir / "obj").glob("*.o"))
+    return [build_dir / _object_name(i, source) for i, (source, _, _) in enumerate(_linked_and_compiled(spec)[1])]
 
 
 def build_library(spec: LibrarySpec, build_dir: Path, output: Path, verbose: bool = False) -> Path:

@@ -1,0 +1,218 @@
+"""Peak memory of a training step, ported against torch eager, each case in a fresh process.
+
+    .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
+                                                   [--checkpointing] [--layers 8] [--steps 3]
+    .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
+
+The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
+eager attention, float32, random weights), batch 4 x --tokens tokens, its loss from `model(input_ids=ids,
+labels=ids, use_cache=False).loss` in a wrapper module, --steps SGD steps (lr 0.01). `--checkpointing`: the model
+asks for activation checkpointing itself (`gradient_checkpointing_enable(use_reentrant=False)`), as a user
+fine-tuning at long sequences does. Cases:
+- torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
+- value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
+  `ms.value_and_grad` + `nn.SGD`;
+- train_step: the same port, `aot_ops.train_step` (the whole step as one graph).
+
+Peak = the process's peak resident memory during the steps above what it held before them: the kernel's peak
+counter (VmHWM) is reset by writing 5 to /proc/self/clear_refs after the warm-up set-up, and read after the steps.
+Each case runs in its own process (a fresh allocator); the losses are printed with the figures, to check that the
+cases computed the same thing.
+
+`--account`: the tensors the forward keeps for the backward, by size: torch's eager autograd (every tensor its
+saved-tensor hooks see, each storage once) against the forward graph AOTAutograd partitions out of the exported
+graph (the extra outputs a fused port's forward program hands its backward program), with the default partition
+(what the port uses) and torch.compile's min-cut partition, for the same model and batch. Weights the backward
+reads (a linear's transposed weight) count in every column.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+CASES = ("torch", "value_and_grad", "train_step")
+
+
+def build(layers: int, tokens: int, checkpointing: bool):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=2000, hidden_size=512, intermediate_size=1376,
+                                      num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
+                                      max_position_embeddings=max(2048, tokens), attn_implementation="eager",
+                                      use_cache=False)
+    model = transformers.LlamaForCausalLM(config)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.randint(0, 2000, (4, tokens), generator=torch.Generator().manual_seed(1))
+    return LossOf(model), ids
+
+
+class LossOf(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, labels):
+        return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+
+
+def _reset_peak() -> int:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    return _status("VmRSS")
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool) -> dict:
+    wrapper, ids = build(layers, tokens, checkpointing)
+    losses = []
+    if case == "torch":
+        optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
+        start_rss = _reset_peak()
+        start = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = wrapper(ids, ids)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+    else:
+        import mindspore as ms
+
+        import aot_ops
+        from aot_ops._core.convert import to_ms
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        cell = aot_ops.from_torch(wrapper, (ids, ids), fuse=True, input_grads=False)
+        cell.set_train(True)
+        optimizer = ms.nn.SGD(cell.trainable_params(), learning_rate=0.01)
+        ms_ids = to_ms(ids)
+        if case == "train_step":
+            step = aot_ops.train_step(cell, optimizer)
+        else:
+            grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
+
+            def step(*inputs):
+                loss, grads = grad_fn(*inputs)
+                optimizer(grads)
+                return loss
+        start_rss = _reset_peak()
+        start = time.perf_counter()
+        for _ in range(steps):
+            losses.append(float(step(ms_ids, ms_ids).asnumpy()))
+    seconds = (time.perf_counter() - start) / steps
+    return {"case": case, "peak_gb": (_status("VmHWM") - start_rss) / 1e9, "losses": losses,
+            "step_s": seconds, "held_before_gb": start_rss / 1e9}
+
+
+def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, int]:
+    """Bytes of the tensors eager autograd keeps for the backward, each storage once, by dtype and shape."""
+    wrapper, ids = build(layers, tokens, checkpointing)
+    seen, sizes = set(), {}
+
+    def pack(t):
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        if key not in seen and not isinstance(t, torch.nn.Parameter):
+            seen.add(key)
+            label = f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+            sizes[label] = sizes.get(label, 0) + t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        wrapper(ids, ids)
+    return sizes
+
+
+def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition: str) -> dict[str, int]:
+    """Bytes of the values the forward graph hands the backward graph when AOTAutograd partitions the exported
+    graph with `partition` ("default": what the fused port does, aot_ops/_port/programs/fused.py; "min_cut":
+    torch.compile's), by dtype and shape. These are the forward program's extra outputs in a fused port."""
+    from functorch.compile import aot_module, default_partition, min_cut_rematerialization_partition
+
+    wrapper, ids = build(layers, tokens, checkpointing)
+    exported = torch.export.export(wrapper, (ids, ids)).module()
+    partition_fn = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}[partition]
+    sizes = {}
+
+    def forward_compiler(gm, _inputs):
+        outputs = gm.graph.output_node().args[0]
+        for node in outputs[1:]:  # the loss first, then what the backward takes
+            value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+            if isinstance(value, torch.Tensor):
+                label = f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
+                sizes[label] = sizes.get(label, 0) + value.numel() * value.element_size()
+        return gm
+
+    compiled = aot_module(exported, fw_compiler=forward_compiler, bw_compiler=lambda gm, _: gm,
+                          partition_fn=partition_fn)
+    compiled(ids, ids).backward()
+    return sizes
+
+
+def _table(columns: dict[str, dict[str, int]]) -> str:
+    names = list(columns)
+    rows = ["| saved tensor (dtype, shape) | " + " | ".join(f"{n} MB" for n in names) + " |",
+            "|---|" + "---:|" * len(names)]
+    labels = set().union(*columns.values())
+    for label in sorted(labels, key=lambda k: -max(c.get(k, 0) for c in columns.values())):
+        rows.append(f"| {label} | " + " | ".join(f"{columns[n].get(label, 0) / 1e6:.1f}" for n in names) + " |")
+    rows.append("| **all** | " + " | ".join(f"{sum(columns[n].values()) / 1e6:.1f}" for n in names) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--checkpointing", action="store_true")
+    parser.add_argument("--account", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if args.one:
+        print(json.dumps(run_case(args.one, args.layers, args.tokens, args.steps, args.checkpointing)))
+        return
+    if args.account:
+        print(_table({"torch eager": saved_by_torch(args.layers, args.tokens, args.checkpointing),
+                      **{f"AOTAutograd {p}": saved_by_partition(args.layers, args.tokens, args.checkpointing, p)
+                         for p in ("default", "min_cut")}}))
+        return
+    print(f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens, float32, {args.steps} SGD steps, "
+          f"checkpointing {'on' if args.checkpointing else 'off'}; uptime: {os.getloadavg()}")
+    results = {}
+    for case in args.cases.split(","):
+        cmd = [sys.executable, __file__, "--one", case, "--tokens", str(args.tokens), "--layers", str(args.layers),
+               "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{case}: failed\n{proc.stderr[-3000:]}")
+            continue
+        results[case] = json.loads(proc.stdout.strip().splitlines()[-1])
+    base = results.get("torch", {}).get("peak_gb")
+    print("| case | peak GB above before | vs torch | step s | losses |")
+    print("|---|---:|---:|---:|---|")
+    for case, r in results.items():
+        ratio = f"{r['peak_gb'] / base:.2f}x" if base else "-"
+        print(f"| {case} | {r['peak_gb']:.2f} | {ratio} | {r['step_s']:.2f} | "
+              f"{', '.join(f'{v:.5f}' for v in r['losses'])} |")
+
+
+if __name__ == "__main__":
+    main()

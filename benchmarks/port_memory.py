@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from _memory import reset_peak, status_bytes
+
 SIZES = {  # name -> (hidden, layers, heads, key/value heads, intermediate, vocab)
     "10M": (256, 4, 8, 2, 688, 8000),
     "50M": (512, 8, 8, 2, 1376, 16000),
@@ -35,16 +37,7 @@ BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, 
 
 
 def _rss_mb(field: str = "VmRSS") -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(field)
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
+    return status_bytes(field) / 2**20
 
 
 def measure_one(size: str, dtype_name: str, use: str) -> dict:
@@ -83,7 +76,7 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
     ids = torch.randint(3, vocab, shape, generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
 
-    _reset_peak()
+    reset_peak()
     start = time.perf_counter()
     if use == "generate":
         ported = aot_ops.from_torch_lm(model, max_length=32, fuse=True)
@@ -100,7 +93,7 @@ def measure_one(size: str, dtype_name: str, use: str) -> dict:
     port_seconds = time.perf_counter() - start
     port_peak = _rss_mb("VmHWM")
 
-    _reset_peak()
+    reset_peak()
     ids_ms, mask_ms = to_ms(ids), to_ms(mask)
     if use == "generate":
         ours = to_torch(aot_ops.generate(ported, ids_ms, attention_mask=mask_ms, max_new_tokens=8)).tolist()

@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from _memory import reset_peak, status_bytes
+
 MODELS = {  # name -> (config class, config)
     "llama-1b": ("LlamaConfig", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
                                      num_key_value_heads=4, intermediate_size=5632, vocab_size=32000,
@@ -68,14 +70,6 @@ def checkpoint(root: str, name: str) -> str:
 
 # ---- measured in the child process ---------------------------------------------------------------------------------
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
 def _anonymous() -> int:
     with open("/proc/self/smaps_rollup") as rollup:
         for line in rollup:
@@ -88,9 +82,8 @@ def _start_measuring() -> tuple[int, int]:
     import gc
 
     gc.collect()
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # resets VmHWM
-    return _status("VmRSS"), _anonymous()
+    reset_peak()
+    return status_bytes("VmRSS"), _anonymous()
 
 
 def _prompt():
@@ -146,7 +139,7 @@ def measure_port(folder: str) -> dict:
     seconds = time.perf_counter() - start
     weights = sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name)
     row = {"weights_GB": weights / 1e9, "from_pretrained_s": seconds, "imports_s": imports, **phases,
-           "peak": (_status("VmHWM") - rss) / weights, "private_after": (_anonymous() - anonymous) / weights}
+           "peak": (status_bytes("VmHWM") - rss) / weights, "private_after": (_anonymous() - anonymous) / weights}
     ids = _prompt()
     ours = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=8))[0, 12:].tolist()
     port_margins = _port_margins(lm, ids, ours)
@@ -219,7 +212,7 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     step = aot_ops.train_step(cell, ms.nn.SGD(cell.trainable_params(), learning_rate=LEARNING_RATE))
     losses = [float(step(to_ms(ids)).asnumpy()) for _ in range(steps)]
     row = {"weights_GB": weights / 1e9, "load_s": loaded - start, "port_s": ported - loaded,
-           "trainable": len(cell.trainable_params()), "peak": (_status("VmHWM") - rss) / weights,
+           "trainable": len(cell.trainable_params()), "peak": (status_bytes("VmHWM") - rss) / weights,
            "private_after": (_anonymous() - anonymous) / weights, "losses": losses}
     # After the measurement: MindSpore's ms.grad compiles a graph of its own, with buffers of its own
     before_steps = cell.trainable_params()

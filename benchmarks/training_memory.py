@@ -36,6 +36,8 @@ import time
 
 import torch
 
+from _memory import reset_peak, status_bytes
+
 CASES = ("torch", "value_and_grad", "train_step")
 
 
@@ -64,26 +66,13 @@ class LossOf(torch.nn.Module):
         return self.model(input_ids=ids, labels=labels, use_cache=False).loss
 
 
-def _reset_peak() -> int:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    return _status("VmRSS")
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
 def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool) -> dict:
     wrapper, ids = build(layers, tokens, checkpointing)
     losses = []
     if case == "torch":
         optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
-        start_rss = _reset_peak()
+        reset_peak()
+        start_rss = status_bytes("VmRSS")
         start = time.perf_counter()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
@@ -111,12 +100,13 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
                 loss, grads = grad_fn(*inputs)
                 optimizer(grads)
                 return loss
-        start_rss = _reset_peak()
+        reset_peak()
+        start_rss = status_bytes("VmRSS")
         start = time.perf_counter()
         for _ in range(steps):
             losses.append(float(step(ms_ids, ms_ids).asnumpy()))
     seconds = (time.perf_counter() - start) / steps
-    return {"case": case, "peak_gb": (_status("VmHWM") - start_rss) / 1e9, "losses": losses,
+    return {"case": case, "peak_gb": (status_bytes("VmHWM") - start_rss) / 1e9, "losses": losses,
             "step_s": seconds, "held_before_gb": start_rss / 1e9}
 
 

@@ -105,9 +105,12 @@ def write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path) -> Path:
     units are linked from the objects installed with aot_ops when those match (runtime.py), else compiled here.
 
     `objects` is a target of its own: CUDA sources can be compiled on a machine that cannot link them."""
-    from ninja.ninja_syntax import Writer, escape  # the `ninja` PyPI package
+    return _write_ninja_file(spec, build_dir, library, *_linked_and_compiled(spec))
 
-    linked, units = _linked_and_compiled(spec)
+
+def _write_ninja_file(spec: LibrarySpec, build_dir: Path, library: Path, linked: list[Path],
+                      units: list[tuple[Path, str, list[str]]]) -> Path:
+    from ninja.ninja_syntax import Writer, escape  # the `ninja` PyPI package
 
     path = build_dir / "build.ninja"
     with open(path, "w") as fh:
@@ -258,9 +261,10 @@ def build_objects(spec: LibrarySpec, build_dir: Path, verbose: bool = False) -> 
     """Compile without linking: what can be verified of CUDA sources on a machine that cannot link them."""
     build_dir = Path(build_dir)
     (build_dir / "obj").mkdir(parents=True, exist_ok=True)
-    write_ninja_file(spec, build_dir, build_dir / f"{spec.name}.so")
+    linked, units = _linked_and_compiled(spec)
+    _write_ninja_file(spec, build_dir, build_dir / f"{spec.name}.so", linked, units)
     run_ninja(build_dir, verbose=verbose, targets=["objects"])
-    return [build_dir / _object_name(i, source) for i, (source, _, _) in enumerate(_linked_and_compiled(spec)[1])]
+    return [build_dir / _object_name(i, source) for i, (source, _, _) in enumerate(units)]
 
 
 def build_library(spec: LibrarySpec, build_dir: Path, output: Path, verbose: bool = False) -> Path:

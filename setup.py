@@ -44,7 +44,8 @@ class BuildBundledLibraries(BuildAotExtension):
         build_dir = Path("build" if in_source_tree else self.build_temp) / "ms_ext_runtime"
         spec = builder.LibrarySpec(name="ms_ext_runtime", sources=[], use_torch=False, runtime_objects=())
         objects = builder.build_objects(spec, build_dir.resolve(), verbose=self.verbose > 1)
-        folder = runtime.RUNTIME_DIR if in_source_tree else Path(self.build_lib) / "aot_ops" / "lib" / "ms_ext_runtime"
+        # the checkout's aot_ops/lib/ms_ext_runtime, or the same place under build_lib (the wheel's contents)
+        folder = runtime.RUNTIME_DIR if in_source_tree else Path(self.build_lib) / runtime.RUNTIME_DIR.relative_to(HERE)
         return runtime.install(objects, folder)
 
     def build_extension(self, ext):

@@ -495,6 +495,40 @@ def test_print_shows_structure_and_operator_counts():
     assert "layer2 (Sequential)" in source or "layer2.0" in source  # comments name the torch module
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["node", "fused"])
+def test_compiling_a_long_module_list_reads_each_item_a_bounded_number_of_times(fuse, monkeypatch):
+    """MindSpore's parser turns a CellList into the tuple of all its cells wherever the source names it: a graph
+    reading `self.layers[i].weight` for each of n layers resolved n * 2n items, a compile quadratic in the depth
+    (module_tree.Structure reads each list once per method)."""
+    from aot_ops._port.cells.module_tree import ModuleListCell
+
+    class Deep(nn.Module):
+        def __init__(self, depth):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(depth))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+            return x
+
+    depth = 24
+    torch.manual_seed(0)
+    model, x = Deep(depth), torch.randn(2, 4)
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse)
+    reads = []
+    item = ModuleListCell.__getitem__
+    monkeypatch.setattr(ModuleListCell, "__getitem__", lambda self, i: reads.append(i) or item(self, i))
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell.set_train(False)
+        out = cell(to_ms(x))
+    finally:
+        ms.set_context(mode=previous)
+    torch.testing.assert_close(to_torch(out), model(x).detach(), rtol=1e-5, atol=1e-6)
+    assert reads and len(reads) <= 4 * depth, len(reads)  # 2 * depth * depth (1,152) before
+
 class LossAndGrads(msnn.Cell):
     """A training graph: the loss and its gradients with respect to the trainable parameters."""
 

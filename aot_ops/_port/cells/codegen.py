@@ -22,6 +22,7 @@ from ..errors import PortError
 from ..modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from ..programs.program_inputs import ProgramInput, SavedFrom, Source
 from ..read.graph import Graph, Item, Operator
+from .module_tree import Structure
 
 _LINE = 118
 
@@ -30,12 +31,13 @@ _TRAIN, _EVAL, _BOTH = Mode.TRAIN.value, Mode.EVAL.value, Mode.BOTH.value
 
 
 def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_training: str | None,
-             state_expr: Callable[[str], str], fused: dict | None = None, input_grads: bool = True,
+             structure: Structure, fused: dict | None = None, input_grads: bool = True,
              backward: bool = True) -> str:
     """Source of `class <class_name>(PortedCell)`. `graphs` maps "train"/"eval" to their graphs (one entry, "both",
-    when the two modes run the same graph); `state_expr(key)` is the Python expression of a state_dict entry's
-    Parameter ("self.layer1[0].conv1.weight"). `fused` (fuse=True) maps the same modes to their fused.FusedGraph:
-    each forward method is then one program call, and a bprop per mode calls the backward program.
+    when the two modes run the same graph); `structure` (module_tree.Structure) gives the Python expression of
+    a state_dict entry's Parameter ("_cells_0[0].conv1.weight") and the lines binding the lists it indexes.
+    `fused` (fuse=True) maps the same modes to their fused.FusedGraph: each forward method is then one program
+    call, and a bprop per mode calls the backward program.
     `input_grads=False`: construct passes the floating inputs through ops.stop_gradient. `backward=False`
     (an inference-only port): the updated buffers are not copied for a backward that never runs. `no_training`:
     why the cell cannot train (construct raises it in training mode), or None."""
@@ -70,9 +72,10 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
     for mode, graph in graphs.items():
         cls.append("")
         if fused:
-            cls.extend(_fused_forward(mode, graph, fused[mode], state_expr, backward))
+            cls.extend(_reading_state(structure,
+                                      lambda expr: _fused_forward(mode, graph, fused[mode], expr, backward)))
         else:
-            cls.extend(_forward(mode, graph, state_expr, backward))
+            cls.extend(_reading_state(structure, lambda expr: _forward(mode, graph, expr, backward)))
     if _has_dict(first.out_spec):
         cls.extend(_flat_twin(class_name, ", ".join(i.name for i in first.inputs), first.out_spec))
     # The bprop factories the class's operators name, defined before it (GRAPH_MODE compiles them from source)
@@ -162,6 +165,19 @@ def _leaf_paths(spec, prefix: str = "") -> list[str]:
     return [p for key, child in zip(keys, spec.children()) for p in _leaf_paths(child, f"{prefix}[{key!r}]")]
 
 
+
+
+def _reading_state(structure: Structure, method: Callable[[Callable[[str], str]], list[str]]) -> list[str]:
+    """The lines of a method made by `method(state_expr)`, with the lists its state expressions index read into
+    their locals after its `def` line (module_tree.Structure: one read of each list per call)."""
+    keys: list[str] = []
+
+    def state_expr(key: str) -> str:
+        keys.append(key)
+        return structure.state_expression(key)
+
+    lines = method(state_expr)
+    return [lines[0], *(f"        {line}" for line in structure.bindings(keys)), *lines[1:]]
 
 
 def _updated_buffer_reads(updated: set[str], state_expr: Callable[[str], str],

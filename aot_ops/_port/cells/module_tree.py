@@ -98,7 +98,12 @@ class Structure:
     CellList, indexed as [i]; a root with numbered children keeps them in `self.layers`. A module that also holds
     parameters or buffers of its own (a ParametrizationList: `original0` beside its numbered parametrizations) is
     a plain Cell with `item_<i>` children instead, as GRAPH_MODE reads a CellList as a tuple, which has no
-    attributes. `aliases`: a tied entry's key -> the key whose Parameter it is (state_expression names that one)."""
+    attributes. `aliases`: a tied entry's key -> the key whose Parameter it is (state_expression names that one).
+
+    A generated method reads a CellList once, into a local (`bindings`), and indexes the local: MindSpore's parser
+    resolves `self.blocks` to a tuple of all its cells at every mention, so `self.blocks[i].weight` for each of a
+    network's parameters took time quadratic in its size (800 Parameters in a 400-item list: 7.3 s to compile a
+    graph that reads them all, 0.7 s through a local; docs/performance.md)."""
 
     def __init__(self, modules: list[tuple[str, str]], state_keys: Iterable[str] = (),
                  aliases: dict[str, str] | None = None):
@@ -112,18 +117,43 @@ class Structure:
         self.lists = {p for p, names in children.items()
                       if names == [str(k) for k in range(len(names))] and p not in holders}
         self.root_is_list = "" in self.lists
-        self.expressions = {"": "self"}
+        self.expressions = {"": "self"}       # module path -> its Cell, from the root or a list's local
+        self.list_locals: dict[str, str] = {}  # list path -> the local a method reads it into
+        self.list_expressions = {"": "self.layers"} if self.root_is_list else {}  # list path -> its CellList
         for path, _kind in modules:
-            if path:
-                parent, _, name = path.rpartition(".")
-                base = "self.layers" if parent == "" and self.root_is_list else self.expressions[parent]
-                self.expressions[path] = (f"{base}[{name}]" if parent in self.lists
-                                          else f"{base}.{attribute_name(name)}")
+            if not path:
+                continue
+            parent, _, name = path.rpartition(".")
+            if parent in self.lists:
+                self.expressions[path] = f"{self._local(parent)}[{name}]"
+            else:
+                self.expressions[path] = f"{self.expressions[parent]}.{attribute_name(name)}"
+            if path in self.lists:
+                self.list_expressions[path] = self.expressions[path]
+
+    def _local(self, list_path: str) -> str:
+        return self.list_locals.setdefault(list_path, f"_cells_{len(self.list_locals)}")
 
     def state_expression(self, key: str) -> str:
-        """Python expression of a state entry's Parameter from the root cell: "self.layer1[0].conv1.weight"."""
+        """Python expression of a state entry's Parameter in a generated method: "_cells_0[0].conv1.weight", where
+        the method's `bindings` read the lists it indexes first ("_cells_0 = self.layer1")."""
         parent, _, name = self.aliases.get(key, key).rpartition(".")
         return f"{self.expressions[parent]}.{attribute_name(name)}"
+
+    def bindings(self, keys: Iterable[str]) -> list[str]:
+        """The statements that read into their locals the lists the expressions of these state entries index,
+        outer lists first."""
+        needed: set[str] = set()
+        for key in keys:
+            path = self.aliases.get(key, key).rpartition(".")[0]
+            while True:
+                if path in self.lists:
+                    needed.add(path)
+                if not path:
+                    break
+                path = path.rpartition(".")[0]
+        order = sorted(needed, key=lambda p: (p.count(".") + bool(p), p))
+        return [f"{self.list_locals[p]} = {self.list_expressions[p]}" for p in order]
 
 
 def attribute_name(name: str) -> str:

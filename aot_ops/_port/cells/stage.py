@@ -24,7 +24,7 @@ def cell(model: torch.nn.Module, plan: Plan, input_grads: bool, fuse: bool | str
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state, initial_state = _state_entries(model)
     structure = Structure(modules, (entry.key for entry in state), {e.key: e.alias_of for e in state if e.alias_of})
-    source = generate(class_name, name, graphs, plan.no_training, structure.state_expression, fused or None,
+    source = generate(class_name, name, graphs, plan.no_training, structure, fused or None,
                       input_grads, backward=plan.backward)
     cls, path = _load_class(class_name, source)
     first = next(iter(graphs.values()))

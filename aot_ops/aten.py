@@ -65,7 +65,8 @@ class OpPacket:
         return f"aten operator with overloads:\n{_schema.describe_schema(self._packet)}"
 
 
-def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0, **fixed: _typing.Any):
+def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0, recompute: bool = False,
+       **fixed: _typing.Any):
     """A ready MindSpore operator (an AotOp) for `name` ("aten::layer_norm" or "aten::add.Tensor") with the
     non-tensor arguments fixed now; call it with the remaining tensor arguments, in schema order.
 
@@ -83,6 +84,8 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0,
       expressions, numbered after the operator's own tensors: `aten.op("aten::arange", end=aten.size(0, 1),
       out_shapes=[[aten.size(0, 1)]], out_dtypes=[torch.int64], shape_inputs=1)(input_ids)` is
       torch.arange(input_ids.shape[1]) for every sequence length.
+    - `recompute=True`: in a graph (GRAPH_MODE, or an ms.jit function) MindSpore's autodiff computes the operator's
+      result again for the backward instead of keeping it (Primitive.recompute; activation checkpointing).
 
     The same (operator, arguments) gives the same cached operator, so a training loop does not rebuild it."""
     overload = _schema.overload_for(name)
@@ -98,7 +101,7 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0,
         except TypeError as exc:
             errors.append(f"  {_torch_private.schema_of(candidate)}: {exc}")
             continue
-        operator, _ = _operator.operator_for(call, out_shapes, out_dtypes, shape_inputs)
+        operator, _ = _operator.operator_for(call, out_shapes, out_dtypes, shape_inputs, recompute)
         return operator
     raise TypeError(f"{name}: no overload matches these arguments:\n" + "\n".join(errors))
 

@@ -66,7 +66,7 @@ def input_flags(call: BoundCall) -> list[bool]:
 
 def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = None,
                  out_dtypes: Sequence[torch.dtype] | None = None,
-                 shape_inputs: int = 0) -> tuple[AotOp | OptionalInputs, list[Any]]:
+                 shape_inputs: int = 0, recompute: bool = False) -> tuple[AotOp | OptionalInputs, list[Any]]:
     """(the operator, its tensor inputs in order) for a bound call; the operator is created once per distinct
     overload and non-tensor arguments.
 
@@ -74,6 +74,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
     `shape_inputs`: that many more tensors follow the call's own at call time, only to lend their shapes to size
     expressions (aten.size(i, d) numbers them after the call's tensors); they need `out_shapes`.
+    `recompute`: an operator of its own, marked for MindSpore's autodiff to compute again in the backward (in a
+    graph) instead of keeping its result (Primitive.recompute).
     """
     try:
         attrs, inputs, key = encode(call)
@@ -93,6 +95,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
                             "time")
         attrs = dict(attrs, aten_shape_inputs=int(shape_inputs), aten_num_inputs=len(inputs) + int(shape_inputs))
         key = key + (("shape_inputs", int(shape_inputs)),)
+    if recompute:
+        key = key + (("recompute", True),)
     cache_key = (call.qualified_name, key)
     with _operators_lock:  # ported cells and ports in other threads use the same cache
         op = _operators.get(cache_key)
@@ -103,6 +107,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
         # can refuse the call (a boolean index), are judged again by the output inference, per dtypes.
         checks_dtypes = check_in_scope(call, attrs)
         op = _make_operator(call, attrs, len(inputs) + shape_inputs, key, out_shapes, out_dtypes, checks_dtypes)
+        if recompute:
+            op.recompute()
         if op.arity.has_optional_inputs:
             op = OptionalInputs(op)
         with _operators_lock:  # two threads may make the same operator: either serves

@@ -257,3 +257,22 @@ def is_persistent_buffer(module: torch.nn.Module, name: str) -> bool:
     and state_dict would walk the whole subtree to tell (_port/trace/layer_stack.py compares layers by it;
     tests/test_layer_stack.py)."""
     return name not in module._non_persistent_buffers_set
+
+
+def checkpoint_entries() -> tuple:
+    """The two ways torch.utils.checkpoint.checkpoint goes into a checkpoint, module globals it looks up at every
+    call: `CheckpointFunction` (use_reentrant=True, its `.apply(function, preserve_rng_state, *args)`) and
+    `_checkpoint_without_reentrant_generator_impl` (use_reentrant=False: a generator yielding once before the
+    checkpointed call and once after). Both are replaced while aot_ops exports (set_checkpoint_entries), which is
+    how a checkpointed region is seen at all: torch.export keeps no trace of it. Without them: a ported checkpointed
+    model keeps every activation (_port/trace/checkpoints.py; tests/test_checkpointing.py)."""
+    import torch.utils.checkpoint as checkpoint
+
+    return checkpoint.CheckpointFunction, checkpoint._checkpoint_without_reentrant_generator_impl
+
+
+def set_checkpoint_entries(entries: tuple) -> None:
+    """Puts (CheckpointFunction, the non-reentrant generator) in torch.utils.checkpoint (checkpoint_entries)."""
+    import torch.utils.checkpoint as checkpoint
+
+    checkpoint.CheckpointFunction, checkpoint._checkpoint_without_reentrant_generator_impl = entries

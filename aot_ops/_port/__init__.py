@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
                kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
                fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
-               evaluation_only: bool = False, share_weights: bool = False) -> PortedCell:
+               evaluation_only: bool = False, share_weights: bool = False,
+               checkpoint: str | None = None) -> PortedCell:
     """Ports `model` to a mindspore.nn.Cell computing what model(*args, **kwargs) computes.
 
     - `args`, `kwargs`: example inputs, as for torch.export. Tensors are the cell's inputs, in that order (args,
@@ -91,22 +92,33 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       changes the torch module; `module.load_state_dict` changes the cell). Do not train both side by side then:
       port a copy (copy.deepcopy) for that. The default copies the weights into the cell (twice the memory
       while the torch module lives; deleting it gives its memory back).
+    - Activation checkpointing: where the module calls `torch.utils.checkpoint` (transformers'
+      `gradient_checkpointing_enable()`, timm's `set_grad_checkpointing()`), the backward computes those regions
+      again instead of keeping their activations, as torch's does (per node: MindSpore's recompute, in a graph:
+      GRAPH_MODE or PyNative with jit=True). `checkpoint="layers"` does so for every numbered layer (each module of
+      a ModuleList or Sequential) of a module that does not ask for it: less memory, about one more forward's time
+      per step (docs/porting.md).
     Raises PortError naming the torch node and its source line when something cannot be ported.
     """
     for name, value in (("evaluation_only", evaluation_only), ("share_weights", share_weights)):
         if not isinstance(value, bool):
             raise TypeError(f"from_torch: {name}={value!r}; give True or False")
+    if checkpoint not in (None, "layers"):
+        raise ValueError(f"from_torch: checkpoint={checkpoint!r}; give None (checkpointing as the module asks) or "
+                         "'layers' (every numbered layer recomputed in the backward)")
     why = (f"{type(model).__name__} was ported with evaluation_only=True: the cell has no training graph; port it "
            "without evaluation_only to train it") if evaluation_only else None
     return port(model, args, kwargs, dynamic_batch=dynamic_batch, dynamic_shapes=dynamic_shapes, fuse=fuse,
-                input_grads=input_grads, jit=jit, no_training=why, share_weights=share_weights)
+                input_grads=input_grads, jit=jit, no_training=why, share_weights=share_weights,
+                checkpoint_layers=checkpoint == "layers")
 
 
 def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (),
          kwargs: dict[str, Any] | None = None, *, dynamic_batch: bool = False, dynamic_shapes: Any = None,
          fuse: bool | str = False, input_grads: bool = True, jit: bool = True,
          no_training: str | None = None, compile_inputs: dict[str, tuple[int | None, ...]] | None = None,
-         share_weights: bool = False, plan_key: str | None = None, export_two_layers: bool = False) -> PortedCell:
+         share_weights: bool = False, plan_key: str | None = None, export_two_layers: bool = False,
+         checkpoint_layers: bool = False) -> PortedCell:
     """from_torch, and for ports made for one use (from_torch_lm: generation): `no_training`, why the cell has
     no training graph (the training graph is then neither traced nor checked, and no gradient is prepared: an
     inference-only cell); `compile_inputs`, with
@@ -114,7 +126,8 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     size is compiled as dynamic, over its whole range; other sizes run interpreted); `plan_key`, a key that determines the port's plan (from_pretrained's, plan_cache.py):
     the plan kept under it is used instead of exporting and fusing, or made and kept; `export_two_layers`, the
     evaluation graph exported with two of the module's alike layers and the others copied into it (the layer stack
-    stage, layer_stack.py: a model from_pretrained built, whose layers are transformers' own)."""
+    stage, layer_stack.py: a model from_pretrained built, whose layers are transformers' own);
+    `checkpoint_layers`: from_torch's checkpoint="layers"."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -138,12 +151,13 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
-    kept_as = plan_key if fuse != "compile" else None  # (compiled programs are not kept)
+    # (compiled programs are not kept; nor plans with the port's own checkpointing, which the key does not cover)
+    kept_as = plan_key if fuse != "compile" and not checkpoint_layers else None
     plan = plan_cache.read(kept_as) if kept_as else None
     if plan is None:
         # The stages, each taking the plan the one before made
         plan = read_stage.traced_and_read(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads,
-                                          export_two_layers)
+                                          export_two_layers, checkpoint_layers)
         if fuse:
             plan = program_stage.fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile",
                                        compile_inputs=compile_inputs)

@@ -357,6 +357,10 @@ def _aten_op(op: Operator) -> str:
         args.append("out_dtypes=" + _literal(op.out_dtypes))
     if op.shape_inputs:
         args.append(f"shape_inputs={len(op.shape_inputs)}")
+    if op.recompute:
+        # an operator of a checkpointed region: MindSpore's autodiff computes it again for the backward (in a
+        # graph: GRAPH_MODE, or PyNative's ms.jit graph) instead of keeping its result
+        args.append("recompute=True")
     return f"aten.op({', '.join(args)})"
 
 

@@ -26,6 +26,7 @@ from ..._aten.sizes import from_sympy
 from ..._core.torch_private import detect_fake_mode, is_view, repeated_regions_traced_once
 from ..errors import PortError, raised_by_aot_ops
 from ..read.graph import Graph, bind_symbols, read_module
+from ..trace.checkpoints import has_checkpoints, recompute_marked
 from ..trace.fake import mode_of
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource, inference_configs
@@ -113,7 +114,7 @@ class _JointTrace:
 
 def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrace:
     """AOTAutograd's forward and backward graphs of the exported graph, traced on fake `flat` inputs (torch's
-    default partition decides what the backward saves)."""
+    default partition decides what the backward saves, and recomputes the user's checkpointed regions)."""
     from functorch.compile import aot_function, default_partition, make_boxed_func
 
     captured: dict[str, torch.fx.GraphModule] = {}
@@ -125,8 +126,15 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
         return compiler
 
     module = _views_as_reshapes(program.graph_module)
-    regions = with_repeated_regions(module, [isinstance(v, torch.Tensor) and v.requires_grad for v in flat])
+    # A checkpointed region is recomputed by the partition of the whole joint graph: repeated layers are then
+    # traced as they come (torch partitions a repeated region on its own, where the marks are not seen)
+    regions = None if has_checkpoints(module.graph) else \
+        with_repeated_regions(module, [isinstance(v, torch.Tensor) and v.requires_grad for v in flat])
     module = regions or module
+
+    def partition(joint, joint_inputs, **options):  # torch's default, after tagging checkpointed nodes
+        recompute_marked(joint)
+        return default_partition(joint, joint_inputs, **options)
 
     def run(*values):  # an Interpreter keeps each node's stack trace on the traced nodes (errors name the source)
         outs = torch.fx.Interpreter(module).run(*values)
@@ -135,7 +143,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
         return _unaliased(outs, values)
 
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
-                            partition_fn=default_partition)
+                            partition_fn=partition)
     try:
         traced_once = (repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions
                        else contextlib.nullcontext())

@@ -6,7 +6,8 @@ nothing but the exported graph and the port's options, so they are kept in the b
 (<cache>/fused/<key>.pkl) under a key covering
 
 - the exported graph: its code, every placeholder's shape (with its size symbols), dtype and strides, the graph
-  signature (what each input and output is), the dynamic sizes' ranges, and the values of the graph's constants;
+  signature (what each input and output is), the dynamic sizes' ranges, the values of the graph's constants, and
+  which nodes a checkpoint region made (the code is the same with checkpointing or without);
 - the options that change the programs: which parameters are trained, input gradients, the label in its names;
 - what makes them: the torch version and AOTAutograd's settings, and the source of aot_ops itself (any change to
   the package makes new keys).
@@ -29,6 +30,7 @@ from torch.export import ExportedProgram
 from ..._build import cache
 from ..._core.torch_private import OpOverload
 from ..read.graph import Graph
+from ..trace.checkpoints import region_of
 from . import kept
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,10 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
                                      value.requires_grad))
             else:
                 placeholders.append((node.name, repr(value)))
+    checkpointed = [(node.name, region_of(node)) for node in nodes if region_of(node) is not None]
     description = dict(
-        format=FORMAT, code=code, placeholders=placeholders, signature=str(program.graph_signature),
+        format=FORMAT, code=code, placeholders=placeholders, checkpointed=checkpointed,
+        signature=str(program.graph_signature),
         ranges=sorted((str(k), str(v)) for k, v in program.range_constraints.items()),
         trainable=sorted(trainable), input_grads=input_grads, label=label, torch=torch.__version__,
         functorch=kept.functorch_settings(), aot_ops=kept.package_digest())

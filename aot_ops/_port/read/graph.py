@@ -24,6 +24,7 @@ from ..._aten.sizes import Size, SizeExpr, from_sympy, size
 from ..._core.dtypes import has_ms_name
 from ..._core.torch_private import OpOverload, schema_of
 from ..errors import SPLIT_ADVICE, PortError, describe, module_of, source_line
+from ..trace.checkpoints import region_of
 from ..trace.export import is_size, refusal
 
 
@@ -48,6 +49,8 @@ class Operator:
     # the module's inputs that the operator's own inputs do not show (torch.arange(input_ids.shape[1])); see
     # aten.op's shape_inputs.
     shape_inputs: list[str] = field(default_factory=list)
+    # Made inside a torch.utils.checkpoint region (trace/checkpoints.py): recomputed for the backward, not kept
+    recompute: bool = False
 
 
 @dataclass
@@ -267,7 +270,8 @@ class _Reader:
             name=node.name, target=f"{schema.name}.{overload}", fixed=fixed, inputs=[self.value(n) for n in inputs],
             num_outputs=len(val) if isinstance(val, (tuple, list)) else None, out_shapes=out_shapes,
             out_dtypes=out_dtypes, module=path, module_kind=kind, source=source_line(node, short=True),
-            reads_graph_inputs=reads_graph_inputs, shape_inputs=shape_inputs))
+            reads_graph_inputs=reads_graph_inputs, shape_inputs=shape_inputs,
+            recompute=region_of(node) is not None))
 
     def _shape_sources(self, symbols: set) -> list[str]:
         """Names of graph inputs whose shapes show `symbols` (sizes of the graph's inputs), fewest first: each is

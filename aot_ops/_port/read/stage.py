@@ -12,16 +12,19 @@ import torch
 from ..errors import PortError
 from ..modes import Mode
 from ..plan import Plan, Use, cannot_train_because
+from ..trace.checkpoints import mark_region
 from ..trace.export import Inputs, export
 from ..trace.fan_out import fan_out_half_gradients
 from ..trace.layer_stack import export_as_two, search
+from ..trace.layers import layer_calls, layer_paths
 from .graph import Graph, read
 
 log = logging.getLogger(__name__)
 
 
 def traced_and_read(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, no_training: str | None,
-                    fuse: bool | str, trainable: set[str], input_grads: bool, export_two_layers: bool) -> Plan:
+                    fuse: bool | str, trainable: set[str], input_grads: bool, export_two_layers: bool,
+                    checkpoint_layers: bool = False) -> Plan:
     """The evaluation graph and, unless the port is for evaluation only, the training graph, each exported and
     read. A training graph that cannot be ported is an error for a module in training mode; for one in
     evaluation mode, the reason the cell cannot train. The exports are made functional by rewriting their
@@ -29,7 +32,9 @@ def traced_and_read(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any,
     (fuse=False), whose per-node gradients were checked on torch's functionalisation only; such a graph has its
     bfloat16 values read several times fanned out before it is read (fan_out.py). `export_two_layers`: the
     evaluation graph exported with two of the module's alike layers, where the layer stack stage can copy the others
-    (layer_stack.py). Where the training and evaluation graphs are the same, the plan has one graph for both."""
+    (layer_stack.py). `checkpoint_layers`: every layer of the training graph recomputed in the backward, as if
+    the module checkpointed each (checkpoints.py). Where the training and evaluation graphs are the same, the plan
+    has one graph for both."""
     def exporting(training: bool):
         rewrite_in_place = bool(fuse) or no_training is not None
         return lambda module: export(module, inputs, dynamic_shapes, training=training,
@@ -52,6 +57,8 @@ def traced_and_read(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any,
     if no_training is None:
         try:
             training = exporting(True)(model)
+            if checkpoint_layers:
+                _checkpoint_every_layer(training.program.graph)
             if not fuse:
                 plan.half_gradients_fanned_out = fan_out_half_gradients(training.program, trainable,
                                                                         input_grads) > 0
@@ -61,6 +68,20 @@ def traced_and_read(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any,
                 raise
             plan.no_training = cannot_train_because(type(model).__name__, exc)
     return _one_graph_where_the_same(plan)
+
+
+def _checkpoint_every_layer(graph: torch.fx.Graph) -> None:
+    """Each `<container>.<index>` layer's calls (layers.py) marked as one checkpoint region of its own, replacing
+    the module's own regions there; PortError where the graph has no layer."""
+    nodes = list(graph.nodes)
+    paths = layer_paths(nodes)
+    found = [layer_calls(nodes, path, paths) for path in dict.fromkeys(p for p in paths if p is not None)]
+    found = [calls for calls in found if calls]
+    if not found:
+        raise PortError('from_torch(checkpoint="layers"): the module has no numbered layers (a ModuleList or '
+                        "Sequential of blocks) to checkpoint; call torch.utils.checkpoint in its forward instead")
+    for region, calls in enumerate(found, start=1):
+        mark_region(calls, region)
 
 
 def _one_graph_where_the_same(plan: Plan) -> Plan:

@@ -15,6 +15,7 @@
   gradient is the Function's own backward (functions.py): torch.export alone would record what its forward
   computes, and MindSpore would differentiate that instead, silently (a straight-through round would get zero
   gradients). A graph that is never differentiated (inference only) keeps the forward's operators.
+- A `torch.utils.checkpoint` region's nodes are marked as such (checkpoints.py): the backward recomputes them.
 - Operators a library registers with torch.library (not ATen) stay whole: the bridge calls them through torch's
   dispatcher, their gradient through their registered autograd.
 """
@@ -36,6 +37,7 @@ from ..._core import native_state as _runtime
 from ..._core.primitive import CALL_LOCK
 from ..._core.torch_private import HigherOrderOperator, OpOverload, schema_of
 from ..errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
+from .checkpoints import checkpoints_marked
 from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
@@ -141,7 +143,8 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
     with CALL_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
         recording = recorded_as_operators() if backward else contextlib.nullcontext(())
-        with _explained("torch.export could not trace the module"), recording as functions:
+        with _explained("torch.export could not trace the module"), recording as functions, \
+                checkpoints_marked():
             program = torch.export.export(traced, inputs.args, inputs.tensor_kwargs or None,
                                           dynamic_shapes=dynamic_shapes)
         if rewrite_in_place and _without_regions(program) and not _hidden_writes(program) \

@@ -17,7 +17,8 @@ fine-tuning at long sequences does. Cases:
 Peak = the process's peak resident memory during the steps above what it held before them: the kernel's peak
 counter (VmHWM) is reset by writing 5 to /proc/self/clear_refs after the warm-up set-up, and read after the steps.
 Each case runs in its own process (a fresh allocator); the losses are printed with the figures, to check that the
-cases computed the same thing.
+cases computed the same thing. Each case's peak is also given by phase of the step (PhaseSampler: resident memory
+sampled every millisecond): where in the step the memory is held.
 
 `--account`: the tensors the forward keeps for the backward, by size: torch's eager autograd (every tensor its
 saved-tensor hooks see, each storage once) against the forward graph AOTAutograd partitions out of the exported
@@ -66,6 +67,39 @@ class LossOf(torch.nn.Module):
         return self.model(input_ids=ids, labels=labels, use_cache=False).loss
 
 
+class PhaseSampler:
+    """Resident memory sampled every millisecond on a thread of its own, each sample labelled with the phase of
+    the step the main thread is in: torch's forward, backward and optimizer; for a port, which program ran last
+    (aot_ops.program_launches(): the forward program, then the backward program, then the rest of the step)."""
+
+    def __init__(self, launches=None):
+        import threading
+
+        self.phase, self._launches = "before", launches
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self):
+        self._launches_at_start = self._launches() if self._launches else 0
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        while not self._stop.wait(0.001):
+            phase = self.phase
+            if self._launches is not None:
+                launched = self._launches() - self._launches_at_start
+                phase = "step start" if launched == 0 else ("forward program" if launched % 2 else
+                                                           "backward program and after")
+            rss = status_bytes("VmRSS")
+            self.peaks[phase] = max(self.peaks.get(phase, 0), rss)
+
+
 def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool) -> dict:
     wrapper, ids = build(layers, tokens, checkpointing)
     losses = []
@@ -74,12 +108,16 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
         reset_peak()
         start_rss = status_bytes("VmRSS")
         start = time.perf_counter()
-        for _ in range(steps):
-            optimizer.zero_grad(set_to_none=True)
-            loss = wrapper(ids, ids)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss))
+        with PhaseSampler() as phases:
+            for _ in range(steps):
+                optimizer.zero_grad(set_to_none=True)
+                phases.phase = "forward"
+                loss = wrapper(ids, ids)
+                phases.phase = "backward"
+                loss.backward()
+                phases.phase = "optimizer"
+                optimizer.step()
+                losses.append(float(loss))
     else:
         import mindspore as ms
 
@@ -103,11 +141,13 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
         reset_peak()
         start_rss = status_bytes("VmRSS")
         start = time.perf_counter()
-        for _ in range(steps):
-            losses.append(float(step(ms_ids, ms_ids).asnumpy()))
+        with PhaseSampler(aot_ops.program_launches) as phases:
+            for _ in range(steps):
+                losses.append(float(step(ms_ids, ms_ids).asnumpy()))
     seconds = (time.perf_counter() - start) / steps
     return {"case": case, "peak_gb": (status_bytes("VmHWM") - start_rss) / 1e9, "losses": losses,
-            "step_s": seconds, "held_before_gb": start_rss / 1e9}
+            "step_s": seconds, "held_before_gb": start_rss / 1e9,
+            "phases_gb": {k: (v - start_rss) / 1e9 for k, v in phases.peaks.items()}}
 
 
 def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, int]:
@@ -202,6 +242,9 @@ def main() -> None:
         ratio = f"{r['peak_gb'] / base:.2f}x" if base else "-"
         print(f"| {case} | {r['peak_gb']:.2f} | {ratio} | {r['step_s']:.2f} | "
               f"{', '.join(f'{v:.5f}' for v in r['losses'])} |")
+    print("\nPeak resident memory above before the steps, by phase of the step (sampled every millisecond):")
+    for case, r in results.items():
+        print(f"- {case}: " + ", ".join(f"{phase} {gb:.2f} GB" for phase, gb in r["phases_gb"].items()))
 
 
 if __name__ == "__main__":

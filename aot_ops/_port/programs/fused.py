@@ -94,7 +94,7 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
         _add_inference(fused, program, graph, label, write_buffers=True)
         return fused
     joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
-    _save_inputs_not_their_views(joint)
+    _save_each_tensor_once(joint)
     fused, forward = _forward_program(program, joint, label)
     _add_inference(fused, program, graph, label)
     if "backward" in joint.captured:
@@ -128,9 +128,10 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
     module = _views_as_reshapes(program.graph_module)
     # A checkpointed region is recomputed by the partition of the whole joint graph: repeated layers are then
     # traced as they come (torch partitions a repeated region on its own, where the marks are not seen)
-    regions = None if has_checkpoints(module.graph) else \
+    checkpointed = has_checkpoints(module.graph)
+    regions = None if checkpointed else \
         with_repeated_regions(module, [isinstance(v, torch.Tensor) and v.requires_grad for v in flat])
-    module = regions or module
+    module = regions or (_without_metadata_checks(module) if checkpointed else module)
 
     def partition(joint, joint_inputs, **options):  # torch's default, after tagging checkpointed nodes
         recompute_marked(joint)
@@ -180,15 +181,18 @@ def _recorded_results(module: torch.fx.GraphModule) -> Callable:
 _VIEWS = {torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default,
           torch.ops.aten.alias.default, torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim,
           torch.ops.aten.expand.default, torch.ops.aten.view.default, torch.ops.aten.slice.Tensor,
-          torch.ops.aten.select.int}
+          torch.ops.aten.select.int, torch.ops.aten.detach.default}
 
 
-def _save_inputs_not_their_views(joint: _JointTrace) -> None:
-    """A saved tensor that is a view of a forward input (a linear layer's transposed weight, which the backward
-    multiplies by) would be an output of the forward program, and a program's output is a tensor of its own: a copy
-    of every such weight per step (a LoRA step on a frozen 1.1B model held its weights twice). The input itself is
-    saved instead (a saved input is passed as it is), and the backward makes the view again from it. Views with
-    sizes computed at run time are left saved."""
+def _save_each_tensor_once(joint: _JointTrace) -> None:
+    """A saved tensor that is a view of a forward input or of another saved tensor would be an output of the
+    forward program, and a program's output is a tensor of its own (MindSpore's buffer): a copy per step. Views of
+    inputs: a linear layer's transposed weight, which the backward multiplies by (a LoRA step on a frozen 1.1B model
+    held its weights twice); views of saved values: AOTAutograd's default partition saves an activation and its
+    `detach` both (tanh's output for the next layer's weight gradient, its detached alias for tanh's own backward),
+    which held every such activation twice; and views of the module's outputs (a last tanh's output, detached for
+    its backward). The base is saved instead (a saved input is passed as it is, a saved value or an output once),
+    and the backward makes the view again from it. Views with sizes computed at run time are left saved."""
     forward, backward = joint.captured["forward"], joint.captured.get("backward")
     if backward is None:
         return
@@ -204,7 +208,8 @@ def _save_inputs_not_their_views(joint: _JointTrace) -> None:
             chain.append(base)
             base = base.args[0]
         view = saved.get(getattr(outs[k], "name", None))
-        if not chain or base.op != "placeholder" or view is None:
+        if not chain or view is None or not (base.op == "placeholder" or base.name in saved
+                                             or base in outs[:joint.num_outputs]):
             continue
         source = taken.get(base.name) or saved.get(base.name)
         if source is None:
@@ -258,10 +263,12 @@ def _forward_program(program: ExportedProgram, joint: _JointTrace, label: str) -
     nodes = {n.name: n for n in joint.captured["forward"].graph.nodes}
     saved_names = [n for n in fouts[num_real:] if isinstance(nodes[n].meta.get("val"), torch.Tensor)]  # not sizes
     f_inputs = fnames + list(fgraph.constants)
-    f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in fnames]
+    # A saved tensor that is an input is passed as it is; one that is an output of the module is that output
+    own = set(fnames) | set(fouts[:num_real])
+    f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in own]
     forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
     f_picks = list(range(num_real)) + [k for k, n in enumerate(fouts) if k >= num_real and n in saved_names
-                                       and n not in fnames]
+                                       and n not in own]
     output_specs = program.graph_signature.output_specs
     forward_constants = [ProgramInput.constant(Origin.FORWARD, n) for n in fgraph.constants]
     inputs = [_program_input(spec) for spec in program.graph_signature.input_specs] + forward_constants
@@ -364,6 +371,23 @@ def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for node in module.graph.nodes:
         if node.target in views:
             node.target = torch.ops.aten.reshape.default
+    module.recompile()
+    return module
+
+
+_METADATA_CHECKS = {torch.ops.aten._assert_tensor_metadata.default}
+
+
+def _without_metadata_checks(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of the exported graph without torch.export's checks of a tensor's dtype and device (its record of a
+    `.to()` call, in transformers' code): torch's partitioner refuses to recompute checkpointed regions in a graph
+    holding such a call (an "impure op"), and they checked the example the graph's own shapes and dtypes fix."""
+    if not any(n.target in _METADATA_CHECKS for n in module.graph.nodes):
+        return module
+    module = copy.deepcopy(module)
+    for node in list(module.graph.nodes):
+        if node.target in _METADATA_CHECKS:
+            module.graph.erase_node(node)
     module.recompile()
     return module
 

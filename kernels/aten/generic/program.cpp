@@ -69,6 +69,7 @@ struct ProgramNode {
   std::string source;
   bool graph_shapes;             // sizes may read the program inputs' shapes, after the node's own
   std::vector<int64_t> release;  // slots last read by this node: freed after it runs (peak memory as torch's)
+  std::vector<int64_t> publish;  // result slots that are program outputs: copied into MindSpore's buffer at once
 
   ProgramNode(const ms_ext::Attrs &attrs, int first)
       : plan(attrs, /*allow_factories=*/true, attrs.get<bool>("writes_input", false)), slots(attrs.get<std::vector<int64_t>>("slots")), first_result(first),
@@ -243,10 +244,28 @@ struct Program {
     for (const auto &[input, slot] : writes) last_reader[slot] = -1;
     for (int64_t slot = 0; slot < num_slots; ++slot)
       if (last_reader[slot] >= 0) nodes[last_reader[slot]].release.push_back(slot);
+    output_positions.resize(num_slots);
+    for (size_t j = 0; j < outputs.size(); ++j) output_positions[outputs[j]].push_back(static_cast<int>(j));
+    for (ProgramNode &node : nodes)
+      for (int r = 0; r < node.num_results; ++r)
+        if (!output_positions[node.first_result + r].empty()) node.publish.push_back(node.first_result + r);
+  }
+
+  std::vector<std::vector<int>> output_positions;  // per slot: the program outputs it is, in order
+
+  // An output as soon as its node made it: copied into MindSpore's buffer (every position it is), and the slot
+  // then holds that buffer for later readers, so the result's own memory is freed now instead of at the end.
+  // Without this, a forward program held every tensor it saves for the backward twice at its end (its own
+  // result and MindSpore's output buffer, allocated before the launch), and a backward program every gradient.
+  void publish(ms_ext::Call &call, int64_t slot, std::vector<at::Tensor> &slots) const {
+    const std::vector<int> &positions = output_positions[slot];
+    for (int j : positions) call.set_output(j, slots[slot]);
+    slots[slot] = call.output(positions.front());
   }
 
   // Runs every node and writes program_writes' values into their inputs; the results of the output slots, in order.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) const {
+  // With `call`, node-made outputs are already in its output buffers when this returns (publish).
+  std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs, ms_ext::Call *call = nullptr) const {
     if (compiled && (nodes.empty() || compiled->accepts(inputs))) {
       std::vector<at::Tensor> results = compiled->run(inputs);
       if (!package_writes)
@@ -283,6 +302,8 @@ struct Program {
           throw std::logic_error("returned " + std::to_string(results.size()) + " tensors, the program expects " +
                                  std::to_string(node.num_results));
         for (int r = 0; r < node.num_results; ++r) slots[node.first_result + r] = std::move(results[r]);
+        if (call != nullptr)
+          for (int64_t slot : node.publish) publish(*call, slot, slots);
       } catch (...) {
         throw std::runtime_error(node.describe(k) + ": " + ms_ext::detail::describe_current_exception());
       }
@@ -462,8 +483,9 @@ int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
     ms_ext::Call call(program.name.c_str(), sig, raw, attrs, 0, scope.device());
     std::vector<at::Tensor> inputs;
     for (int i = 0; i < program.num_inputs; ++i) inputs.push_back(call.input(i));
-    const std::vector<at::Tensor> results = program.run(inputs);
-    for (int j = 0; j < call.num_outputs(); ++j) call.set_output(j, results[j]);
+    const std::vector<at::Tensor> results = program.run(inputs, &call);
+    for (int j = 0; j < call.num_outputs(); ++j)  // those run() published are their own buffers: copy_ skips them
+      if (!results[j].is_same(call.output(j))) call.set_output(j, results[j]);
     call.check_outputs_intact();
     scope.finish();
   });

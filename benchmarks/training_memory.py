@@ -1,7 +1,7 @@
 """Peak memory of a training step, ported against torch eager, each case in a fresh process.
 
     .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
-                                                   [--checkpointing] [--layers 8] [--steps 3]
+                                                   [--checkpointing] [--layers 8] [--steps 3] [--plot F.png]
     .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
 
 The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
@@ -12,7 +12,8 @@ fine-tuning at long sequences does. Cases:
 - torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
   `ms.value_and_grad` + `nn.SGD`;
-- train_step: the same port, `aot_ops.train_step` (the whole step as one graph).
+- train_step: the same port, `aot_ops.train_step` (the whole step as one graph);
+- graph_train_one_step: the same port in GRAPH_MODE, `nn.TrainOneStepCell(cell, nn.SGD)`.
 
 Peak = the process's peak resident memory during the steps above what it held before them: the kernel's peak
 counter (VmHWM) is reset by writing 5 to /proc/self/clear_refs after the warm-up set-up, and read after the steps.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +41,7 @@ import torch
 
 from _memory import reset_peak, status_bytes
 
-CASES = ("torch", "value_and_grad", "train_step")
+CASES = ("torch", "value_and_grad", "train_step", "graph_train_one_step")
 
 
 def build(layers: int, tokens: int, checkpointing: bool):
@@ -102,14 +104,14 @@ class PhaseSampler:
 
 def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool) -> dict:
     wrapper, ids = build(layers, tokens, checkpointing)
-    losses = []
+    losses, times = [], []
     if case == "torch":
         optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
         reset_peak()
         start_rss = status_bytes("VmRSS")
-        start = time.perf_counter()
         with PhaseSampler() as phases:
             for _ in range(steps):
+                times.append(time.perf_counter())
                 optimizer.zero_grad(set_to_none=True)
                 phases.phase = "forward"
                 loss = wrapper(ids, ids)
@@ -124,13 +126,16 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
         import aot_ops
         from aot_ops._core.convert import to_ms
 
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms.set_context(mode=ms.GRAPH_MODE if case == "graph_train_one_step" else ms.PYNATIVE_MODE)
         cell = aot_ops.from_torch(wrapper, (ids, ids), fuse=True, input_grads=False)
         cell.set_train(True)
         optimizer = ms.nn.SGD(cell.trainable_params(), learning_rate=0.01)
         ms_ids = to_ms(ids)
         if case == "train_step":
             step = aot_ops.train_step(cell, optimizer)
+        elif case == "graph_train_one_step":
+            step = ms.nn.TrainOneStepCell(cell, optimizer)
+            step.set_train(True)
         else:
             grad_fn = ms.value_and_grad(cell, None, optimizer.parameters)
 
@@ -140,11 +145,14 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
                 return loss
         reset_peak()
         start_rss = status_bytes("VmRSS")
-        start = time.perf_counter()
         with PhaseSampler(aot_ops.program_launches) as phases:
             for _ in range(steps):
+                times.append(time.perf_counter())
                 losses.append(float(step(ms_ids, ms_ids).asnumpy()))
-    seconds = (time.perf_counter() - start) / steps
+    times.append(time.perf_counter())
+    durations = [b - a for a, b in zip(times, times[1:])]
+    # the first step compiles (MindSpore's graphs) or warms up (torch's allocator): the others are the step's time
+    seconds = statistics.median(durations[1:] or durations)
     return {"case": case, "peak_gb": (status_bytes("VmHWM") - start_rss) / 1e9, "losses": losses,
             "step_s": seconds, "held_before_gb": start_rss / 1e9,
             "phases_gb": {k: (v - start_rss) / 1e9 for k, v in phases.peaks.items()}}
@@ -205,6 +213,26 @@ def _table(columns: dict[str, dict[str, int]]) -> str:
     return "\n".join(rows)
 
 
+def plot(path: str, title: str, results: dict[str, dict]) -> None:
+    """Each case's peak, split into the phases of its step (the highest phase on top), as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(results)
+    figure, axes = plt.subplots(figsize=(7, 3.6))
+    axes.bar(cases, [results[c]["peak_gb"] for c in cases], color=["#888888"] + ["#3a78b5"] * (len(cases) - 1))
+    for k, case in enumerate(cases):
+        axes.text(k, results[case]["peak_gb"], f"{results[case]['peak_gb']:.2f} GB\n"
+                  f"{results[case]['step_s']:.2f} s/step", ha="center", va="bottom", fontsize=8)
+    axes.set_ylabel("peak above before the steps (GB)")
+    axes.set_title(title, fontsize=9)
+    axes.set_ylim(0, max(r["peak_gb"] for r in results.values()) * 1.25)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=512)
@@ -213,6 +241,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--account", action="store_true")
+    parser.add_argument("--plot", help="write the peaks as a bar chart to this file (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -224,8 +253,9 @@ def main() -> None:
                       **{f"AOTAutograd {p}": saved_by_partition(args.layers, args.tokens, args.checkpointing, p)
                          for p in ("default", "min_cut")}}))
         return
-    print(f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens, float32, {args.steps} SGD steps, "
-          f"checkpointing {'on' if args.checkpointing else 'off'}; uptime: {os.getloadavg()}")
+    title = (f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens, float32, {args.steps} SGD steps, "
+             f"checkpointing {'on' if args.checkpointing else 'off'}")
+    print(f"{title}; uptime: {os.getloadavg()}")
     results = {}
     for case in args.cases.split(","):
         cmd = [sys.executable, __file__, "--one", case, "--tokens", str(args.tokens), "--layers", str(args.layers),
@@ -236,12 +266,14 @@ def main() -> None:
             continue
         results[case] = json.loads(proc.stdout.strip().splitlines()[-1])
     base = results.get("torch", {}).get("peak_gb")
-    print("| case | peak GB above before | vs torch | step s | losses |")
+    print("| case | peak GB above before | vs torch | step s (median after the first) | losses |")
     print("|---|---:|---:|---:|---|")
     for case, r in results.items():
         ratio = f"{r['peak_gb'] / base:.2f}x" if base else "-"
         print(f"| {case} | {r['peak_gb']:.2f} | {ratio} | {r['step_s']:.2f} | "
               f"{', '.join(f'{v:.5f}' for v in r['losses'])} |")
+    if args.plot and results:
+        plot(args.plot, title, results)
     print("\nPeak resident memory above before the steps, by phase of the step (sampled every millisecond):")
     for case, r in results.items():
         print(f"- {case}: " + ", ".join(f"{phase} {gb:.2f} GB" for phase, gb in r["phases_gb"].items()))

@@ -8,7 +8,8 @@ The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 ke
 eager attention, float32, random weights), batch 4 x --tokens tokens, its loss from `model(input_ids=ids,
 labels=ids, use_cache=False).loss` in a wrapper module, --steps SGD steps (lr 0.01). `--checkpointing`: the model
 asks for activation checkpointing itself (`gradient_checkpointing_enable(use_reentrant=False)`), as a user
-fine-tuning at long sequences does. Cases:
+fine-tuning at long sequences does; `--autocast`: the loss computed under bfloat16 autocast over the float32
+weights (mixed precision as torch users train). Cases:
 - torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
   `ms.value_and_grad` + `nn.SGD`;
@@ -44,7 +45,7 @@ from _memory import reset_peak, status_bytes
 CASES = ("torch", "value_and_grad", "train_step", "graph_train_one_step")
 
 
-def build(layers: int, tokens: int, checkpointing: bool):
+def build(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
     import transformers
 
     torch.manual_seed(0)
@@ -57,16 +58,18 @@ def build(layers: int, tokens: int, checkpointing: bool):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.randint(0, 2000, (4, tokens), generator=torch.Generator().manual_seed(1))
-    return LossOf(model), ids
+    return LossOf(model, autocast), ids
 
 
 class LossOf(torch.nn.Module):
-    def __init__(self, model):
+    def __init__(self, model, autocast: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.autocast = model, autocast
 
     def forward(self, ids, labels):
-        return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+        # mixed precision as torch users train: float32 weights, the computation in bfloat16 where autocast says
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
 
 
 class PhaseSampler:
@@ -102,8 +105,8 @@ class PhaseSampler:
             self.peaks[phase] = max(self.peaks.get(phase, 0), rss)
 
 
-def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool) -> dict:
-    wrapper, ids = build(layers, tokens, checkpointing)
+def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool, autocast: bool) -> dict:
+    wrapper, ids = build(layers, tokens, checkpointing, autocast)
     losses, times = [], []
     if case == "torch":
         optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
@@ -240,13 +243,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--checkpointing", action="store_true")
+    parser.add_argument("--autocast", action="store_true", help="bfloat16 autocast over float32 weights")
     parser.add_argument("--account", action="store_true")
     parser.add_argument("--plot", help="write the peaks as a bar chart to this file (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.one:
-        print(json.dumps(run_case(args.one, args.layers, args.tokens, args.steps, args.checkpointing)))
+        print(json.dumps(run_case(args.one, args.layers, args.tokens, args.steps, args.checkpointing,
+                                  args.autocast)))
         return
     if args.account:
         print(_table({"torch eager": saved_by_torch(args.layers, args.tokens, args.checkpointing),
@@ -254,12 +259,13 @@ def main() -> None:
                          for p in ("default", "min_cut")}}))
         return
     title = (f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens, float32, {args.steps} SGD steps, "
-             f"checkpointing {'on' if args.checkpointing else 'off'}")
+             f"checkpointing {'on' if args.checkpointing else 'off'}{', bfloat16 autocast' if args.autocast else ''}")
     print(f"{title}; uptime: {os.getloadavg()}")
     results = {}
     for case in args.cases.split(","):
         cmd = [sys.executable, __file__, "--one", case, "--tokens", str(args.tokens), "--layers", str(args.layers),
-               "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else [])
+               "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else []) \
+            + (["--autocast"] if args.autocast else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case}: failed\n{proc.stderr[-3000:]}")

@@ -67,8 +67,12 @@ class LossOf(torch.nn.Module):
         self.model, self.autocast = model, autocast
 
     def forward(self, ids, labels):
-        # mixed precision as torch users train: float32 weights, the computation in bfloat16 where autocast says
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+        # mixed precision as torch users train: float32 weights, the computation in bfloat16 where autocast says.
+        # Not entered at all without it: even disabled, autocast is a region of the exported graph, whose inlining
+        # drops the checkpoint marks of the layers inside (docs/porting.md#activation-checkpointing)
+        if not self.autocast:
+            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16):
             return self.model(input_ids=ids, labels=labels, use_cache=False).loss
 
 

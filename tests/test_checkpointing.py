@@ -272,3 +272,31 @@ def test_torchs_own_checkpointing_is_untouched_in_threads_not_exporting_and_afte
         leave.set()
         other.join()
     assert checkpoint_entries() == before
+
+
+def test_checkpointing_lost_inside_an_autocast_region_is_said_and_training_still_equals_torchs(caplog):
+    """torch.export inlines an autocast region without its nodes' meta: checkpointed calls inside one are not seen.
+    The port says so (a warning naming the module and the count of checkpointed calls), and trains as without
+    checkpointing."""
+    import logging
+
+    class Autocast(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self.inner(x)
+
+    torch.manual_seed(0)
+    model = Autocast(Net("non_reentrant"))
+    with caplog.at_level(logging.WARNING, logger="aot_ops._port.trace.export"):
+        cell = aot_ops.from_torch(model, (_inputs(),), fuse=True)
+    lost = [r for r in caplog.records if r.name == "aot_ops._port.trace.export" and r.levelno == logging.WARNING]
+    assert lost and lost[0].args == ("Autocast", BLOCKS)
+    loss, grads, _calls = ported_step(cell)
+    expected_loss, expected_grads, _ = torch_step(model)
+    assert loss == pytest.approx(expected_loss, rel=1e-6)
+    for ours, theirs in zip(grads, expected_grads):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)

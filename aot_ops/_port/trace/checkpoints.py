@@ -83,15 +83,23 @@ def _remove(before: tuple[Any, Callable]) -> None:
 _marking = WhileUsed(_install, _remove)
 
 
+class Marked:
+    """How many checkpoint regions the module entered while it was exported (`checkpoints_marked`)."""
+
+    regions = 0
+
+
 @contextlib.contextmanager
-def checkpoints_marked() -> Iterator[None]:
+def checkpoints_marked() -> Iterator[Marked]:
     """Around torch.export: the checkpoint regions the module calls marked in the nodes' meta (node meta is kept
-    only where torch.fx.traceback.preserve_node_meta is on)."""
+    only where torch.fx.traceback.preserve_node_meta is on); yields their count once the block ends."""
+    marked = Marked()
     with _marking.used(), torch.fx.traceback.preserve_node_meta():
         _exporting.regions = 0
         try:
-            yield
+            yield marked
         finally:
+            marked.regions = _exporting.regions
             del _exporting.regions
 
 

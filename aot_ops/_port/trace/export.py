@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import operator
 import warnings
 from dataclasses import dataclass, field
@@ -37,12 +38,14 @@ from ..._core import native_state as _runtime
 from ..._core.primitive import CALL_LOCK
 from ..._core.torch_private import HigherOrderOperator, OpOverload, schema_of
 from ..errors import SPLIT_ADVICE, PortError, raised_by_aot_ops
-from .checkpoints import checkpoints_marked
+from .checkpoints import checkpoints_marked, has_checkpoints
 from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
 from .module_copy import structural_copy
+
+log = logging.getLogger(__name__)
 
 DROPOUTS = {torch.ops.aten.native_dropout.default, torch.ops.aten.dropout.default}
 
@@ -144,7 +147,7 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
         warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations, not the user's
         recording = recorded_as_operators() if backward else contextlib.nullcontext(())
         with _explained("torch.export could not trace the module"), recording as functions, \
-                checkpoints_marked():
+                checkpoints_marked() as checkpoints:
             program = torch.export.export(traced, inputs.args, inputs.tensor_kwargs or None,
                                           dynamic_shapes=dynamic_shapes)
         if rewrite_in_place and _without_regions(program) and not _hidden_writes(program) \
@@ -158,7 +161,15 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
             _differentiable_copies(program)
         else:
             attend_per_key_value_head(program)
-        return Exported(_decompose_refused(program), tuple(functions))
+        program = _decompose_refused(program)
+        if checkpoints.regions and not has_checkpoints(program.graph):
+            # torch's inlining of a region (autocast around the checkpointed layers) drops the nodes' meta
+            log.warning("from_torch(%s): the module's activation checkpointing is lost in the export (its %d "
+                        "checkpointed calls run inside a torch.autocast or no_grad region, which torch.export "
+                        "inlines without the marks): the port keeps every activation, as without checkpointing; "
+                        "call torch.autocast inside the checkpointed layers, or port with checkpoint='layers'",
+                        type(model).__name__, checkpoints.regions)
+        return Exported(program, tuple(functions))
 
 
 def _without_regions(program: ExportedProgram) -> bool:

@@ -56,7 +56,7 @@ class _MarkedCheckpointFunction:
         with torch.fx.traceback.annotate({MARK: _next_region()}):
             return function(*args)
 
-    def __getattr__(self, name):  # anything else of torch's class (isinstance checks go to the class itself)
+    def __getattr__(self, name):  # torch's other attributes (torch itself calls only `apply`: checkpoint.py)
         return getattr(self._torch, name)
 
 

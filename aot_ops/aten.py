@@ -84,8 +84,9 @@ def op(name: str, /, *, out_shapes=None, out_dtypes=None, shape_inputs: int = 0,
       expressions, numbered after the operator's own tensors: `aten.op("aten::arange", end=aten.size(0, 1),
       out_shapes=[[aten.size(0, 1)]], out_dtypes=[torch.int64], shape_inputs=1)(input_ids)` is
       torch.arange(input_ids.shape[1]) for every sequence length.
-    - `recompute=True`: in a graph (GRAPH_MODE, or an ms.jit function) MindSpore's autodiff computes the operator's
-      result again for the backward instead of keeping it (Primitive.recompute; activation checkpointing).
+    - `recompute=True`: MindSpore's autodiff computes the operator's result again for the backward instead of
+      keeping it (Primitive.recompute; activation checkpointing). Applied in GRAPH_MODE; PyNative's autodiff of an
+      ms.jit call ignores it (tests/test_checkpointing.py).
 
     The same (operator, arguments) gives the same cached operator, so a training loop does not rebuild it."""
     overload = _schema.overload_for(name)

@@ -74,8 +74,8 @@ def operator_for(call: BoundCall, out_shapes: Sequence[Sequence[Size]] | None = 
     MindSpore then infers shapes with the kernel's C++ shape inference, as GRAPH_MODE needs for dynamic shapes.
     `shape_inputs`: that many more tensors follow the call's own at call time, only to lend their shapes to size
     expressions (aten.size(i, d) numbers them after the call's tensors); they need `out_shapes`.
-    `recompute`: an operator of its own, marked for MindSpore's autodiff to compute again in the backward (in a
-    graph) instead of keeping its result (Primitive.recompute).
+    `recompute`: an operator of its own, marked for MindSpore's autodiff to compute again in the backward instead
+    of keeping its result (Primitive.recompute; applied in GRAPH_MODE).
     """
     try:
         attrs, inputs, key = encode(call)

@@ -94,8 +94,8 @@ def from_torch(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tens
       while the torch module lives; deleting it gives its memory back).
     - Activation checkpointing: where the module calls `torch.utils.checkpoint` (transformers'
       `gradient_checkpointing_enable()`, timm's `set_grad_checkpointing()`), the backward computes those regions
-      again instead of keeping their activations, as torch's does (per node: MindSpore's recompute, in a graph:
-      GRAPH_MODE or PyNative with jit=True). `checkpoint="layers"` does so for every numbered layer (each module of
+      again instead of keeping their activations, as torch's does (fused: in both modes; per node: MindSpore's
+      recompute, which it applies in GRAPH_MODE only). `checkpoint="layers"` does so for every numbered layer (each module of
       a ModuleList or Sequential) of a module that does not ask for it: less memory, about one more forward's time
       per step (docs/porting.md).
     Raises PortError naming the torch node and its source line when something cannot be ported.

@@ -358,8 +358,8 @@ def _aten_op(op: Operator) -> str:
     if op.shape_inputs:
         args.append(f"shape_inputs={len(op.shape_inputs)}")
     if op.recompute:
-        # an operator of a checkpointed region: MindSpore's autodiff computes it again for the backward (in a
-        # graph: GRAPH_MODE, or PyNative's ms.jit graph) instead of keeping its result
+        # an operator of a checkpointed region: MindSpore's autodiff computes it again for the backward instead
+        # of keeping its result (in GRAPH_MODE: PyNative's autodiff of the cell's ms.jit graph ignores the mark)
         args.append("recompute=True")
     return f"aten.op({', '.join(args)})"
 

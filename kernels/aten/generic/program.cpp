@@ -253,6 +253,9 @@ struct Program {
 
   std::vector<std::vector<int>> output_positions;  // per slot: the program outputs it is, in order
 
+  // Whether `slot`'s value is published when made: an output a node computes (not one of the program's inputs).
+  bool is_published(int64_t slot) const { return slot >= num_inputs; }
+
   // An output as soon as its node made it: copied into MindSpore's buffer (every position it is), and the slot
   // then holds that buffer for later readers, so the result's own memory is freed now instead of at the end.
   // Without this, a forward program held every tensor it saves for the backward twice at its end (its own
@@ -311,7 +314,10 @@ struct Program {
     }
     for (const auto &[input, slot] : writes) write_back(inputs, input, slots[slot]);
     std::vector<at::Tensor> out;
-    for (int64_t slot : outputs) out.push_back(slots[slot]);
+    for (size_t j = 0; j < outputs.size(); ++j) {  // a published output is its own buffer, at each of its positions
+      const bool published = call != nullptr && is_published(outputs[j]);
+      out.push_back(published ? call->output(static_cast<int>(j)) : slots[outputs[j]]);
+    }
     return out;
   }
 
@@ -484,7 +490,7 @@ int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
     std::vector<at::Tensor> inputs;
     for (int i = 0; i < program.num_inputs; ++i) inputs.push_back(call.input(i));
     const std::vector<at::Tensor> results = program.run(inputs, &call);
-    for (int j = 0; j < call.num_outputs(); ++j)  // those run() published are their own buffers: copy_ skips them
+    for (int j = 0; j < call.num_outputs(); ++j)  // what run() published is there already
       if (!results[j].is_same(call.output(j))) call.set_output(j, results[j]);
     call.check_outputs_intact();
     scope.finish();

@@ -125,13 +125,13 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
             return make_boxed_func(_recorded_results(gm))
         return compiler
 
-    module = _views_as_reshapes(program.graph_module)
+    checkpointed = has_checkpoints(program.graph)
+    module = _graph_to_trace(program.graph_module, checkpointed)
     # A checkpointed region is recomputed by the partition of the whole joint graph: repeated layers are then
     # traced as they come (torch partitions a repeated region on its own, where the marks are not seen)
-    checkpointed = has_checkpoints(module.graph)
     regions = None if checkpointed else \
         with_repeated_regions(module, [isinstance(v, torch.Tensor) and v.requires_grad for v in flat])
-    module = regions or (_without_metadata_checks(module) if checkpointed else module)
+    module = regions or module
 
     def partition(joint, joint_inputs, **options):  # torch's default, after tagging checkpointed nodes
         recompute_marked(joint)
@@ -144,7 +144,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
         return _unaliased(outs, values)
 
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
-                            partition_fn=partition)
+                            partition_fn=partition if checkpointed else default_partition)
     try:
         traced_once = (repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions
                        else contextlib.nullcontext())
@@ -361,32 +361,25 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
                                              configs=inference_configs(program.graph_module), writes=package_writes)
 
 
-def _views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of the exported graph whose views are reshapes (program.AS_RESHAPE says why): AOTAutograd's tracing
-    then decides view or copy by the strides its own kernels give."""
-    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
-    if not any(n.target in views for n in module.graph.nodes):
-        return module
-    module = copy.deepcopy(module)
-    for node in module.graph.nodes:
-        if node.target in views:
-            node.target = torch.ops.aten.reshape.default
-    module.recompile()
-    return module
-
-
 _METADATA_CHECKS = {torch.ops.aten._assert_tensor_metadata.default}
 
 
-def _without_metadata_checks(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of the exported graph without torch.export's checks of a tensor's dtype and device (its record of a
-    `.to()` call, in transformers' code): torch's partitioner refuses to recompute checkpointed regions in a graph
-    holding such a call (an "impure op"), and they checked the example the graph's own shapes and dtypes fix."""
-    if not any(n.target in _METADATA_CHECKS for n in module.graph.nodes):
+def _graph_to_trace(module: torch.fx.GraphModule, checkpointed: bool) -> torch.fx.GraphModule:
+    """The exported graph as AOTAutograd traces it, a copy where it differs (one copy for both changes):
+    - its views made reshapes (program.AS_RESHAPE says why): AOTAutograd's tracing then decides view or copy by the
+      strides its own kernels give;
+    - with checkpointed regions, without torch.export's checks of a tensor's dtype and device (its record of a
+      `.to()` call, in transformers' code): torch's partitioner refuses to recompute regions in a graph holding
+      such a call (an "impure op"), and they checked the example the graph's own shapes and dtypes fix."""
+    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+    dropped = _METADATA_CHECKS if checkpointed else set()
+    if not any(n.target in views or n.target in dropped for n in module.graph.nodes):
         return module
     module = copy.deepcopy(module)
     for node in list(module.graph.nodes):
-        if node.target in _METADATA_CHECKS:
+        if node.target in views:
+            node.target = torch.ops.aten.reshape.default
+        elif node.target in dropped:
             module.graph.erase_node(node)
     module.recompile()
     return module

@@ -74,7 +74,7 @@ def _key(program: ExportedProgram, trainable: set[str], label: str, input_grads:
                                      value.requires_grad))
             else:
                 placeholders.append((node.name, repr(value)))
-    checkpointed = [(node.name, region_of(node)) for node in nodes if region_of(node) is not None]
+    checkpointed = [(node.name, region) for node in nodes if (region := region_of(node)) is not None]
     description = dict(
         format=FORMAT, code=code, placeholders=placeholders, checkpointed=checkpointed,
         signature=str(program.graph_signature),

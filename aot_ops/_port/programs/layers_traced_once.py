@@ -25,7 +25,7 @@ from collections import OrderedDict
 
 import torch
 
-from ..trace.layers import Layer, is_pure, layer_calls, layer_paths
+from ..trace.layers import Layer, every_layer, is_pure
 
 _INVOKE = torch.ops.higher_order.invoke_subgraph
 _MIN_NODES = 8  # a region smaller than this costs more to call than to trace
@@ -124,11 +124,8 @@ def _needs_grad(module: torch.fx.GraphModule, placeholders: list[bool]) -> dict[
 
 def _layers(module: torch.fx.GraphModule, grad: dict[torch.fx.Node, bool]) -> list[Layer]:
     """Every layer of `module` that can be a region: one run of pure calls (layers.is_pure), big enough to pay."""
-    nodes = list(module.graph.nodes)
-    paths = layer_paths(nodes)
     found = []
-    for path in OrderedDict.fromkeys(p for p in paths if p is not None):
-        calls = layer_calls(nodes, path, paths)
+    for calls in every_layer(list(module.graph.nodes)):
         layer = Layer.of(calls, grad) if len(calls) >= _MIN_NODES and all(map(is_pure, calls)) else None
         if layer is not None:
             found.append(layer)

@@ -16,7 +16,7 @@ from ..trace.checkpoints import mark_region
 from ..trace.export import Inputs, export
 from ..trace.fan_out import fan_out_half_gradients
 from ..trace.layer_stack import export_as_two, search
-from ..trace.layers import layer_calls, layer_paths
+from ..trace.layers import every_layer
 from .graph import Graph, read
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ def traced_and_read(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any,
 def _checkpoint_every_layer(graph: torch.fx.Graph) -> None:
     """Each `<container>.<index>` layer's calls (layers.py) marked as one checkpoint region of its own, replacing
     the module's own regions there; PortError where the graph has no layer."""
-    nodes = list(graph.nodes)
-    paths = layer_paths(nodes)
-    found = [layer_calls(nodes, path, paths) for path in dict.fromkeys(p for p in paths if p is not None)]
-    found = [calls for calls in found if calls]
+    found = every_layer(list(graph.nodes))
     if not found:
         raise PortError('from_torch(checkpoint="layers"): the module has no numbered layers (a ModuleList or '
                         "Sequential of blocks) to checkpoint; call torch.utils.checkpoint in its forward instead")

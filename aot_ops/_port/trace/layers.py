@@ -52,6 +52,14 @@ def layer_calls(nodes: list[torch.fx.Node], path: str, paths: list[str | None]) 
     return [nodes[k] for k in span if nodes[k].op == "call_function"]
 
 
+def every_layer(nodes: list[torch.fx.Node]) -> list[list[torch.fx.Node]]:
+    """The calls of each layer among `nodes` (a graph's, in order), layers in the order of their first node; a layer
+    that is not one run of nodes (layer_calls) left out."""
+    paths = layer_paths(nodes)
+    found = (layer_calls(nodes, path, paths) for path in dict.fromkeys(p for p in paths if p is not None))
+    return [calls for calls in found if calls]
+
+
 def is_pure(node: torch.fx.Node) -> bool:
     """A call that writes none of its arguments, draws no random numbers and is no control flow or region of its
     own: a layer made of such calls computes its outputs from its inputs alone, so that it can be traced once for

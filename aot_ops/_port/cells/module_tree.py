@@ -119,7 +119,6 @@ class Structure:
         self.root_is_list = "" in self.lists
         self.expressions = {"": "self"}       # module path -> its Cell, from the root or a list's local
         self.list_locals: dict[str, str] = {}  # list path -> the local a method reads it into
-        self.list_expressions = {"": "self.layers"} if self.root_is_list else {}  # list path -> its CellList
         for path, _kind in modules:
             if not path:
                 continue
@@ -128,8 +127,6 @@ class Structure:
                 self.expressions[path] = f"{self._local(parent)}[{name}]"
             else:
                 self.expressions[path] = f"{self.expressions[parent]}.{attribute_name(name)}"
-            if path in self.lists:
-                self.list_expressions[path] = self.expressions[path]
 
     def _local(self, list_path: str) -> str:
         return self.list_locals.setdefault(list_path, f"_cells_{len(self.list_locals)}")
@@ -153,7 +150,7 @@ class Structure:
                     break
                 path = path.rpartition(".")[0]
         order = sorted(needed, key=lambda p: (p.count(".") + bool(p), p))
-        return [f"{self.list_locals[p]} = {self.list_expressions[p]}" for p in order]
+        return [f"{self.list_locals[p]} = {'self.layers' if p == '' else self.expressions[p]}" for p in order]
 
 
 def attribute_name(name: str) -> str:

@@ -57,9 +57,11 @@ class BuildBundledLibraries(BuildAotExtension):
 
 
 def cpu_kernel_sources() -> list[Path]:
-    """The operator kernels (kernels/aten/cpu) and the generic entry for any ATen operator (kernels/aten/generic)."""
-    folders = (HERE / "kernels" / "aten" / "cpu", HERE / "kernels" / "aten" / "generic")
-    return sorted(p.relative_to(HERE) for folder in folders for p in folder.glob("*.cpp"))
+    """The operator kernels (kernels/aten/cpu, compiled as one unit) and the generic entry for any ATen operator
+    (kernels/aten/generic)."""
+    from aot_ops._build import bundled
+
+    return bundled.aten_kernel_units(HERE / "kernels", HERE / "build" / "generated")
 
 
 ASCENDC = Path("kernels") / "ascendc"

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aot_ops._build import builder, cuda
+from aot_ops._build import builder, bundled, cuda
 
 # Not from support: that imports MindSpore, and a GPU machine may have torch alone (only the last test needs MindSpore).
 REPO = Path(__file__).resolve().parent.parent
@@ -32,19 +32,21 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
 needs_nvcc = pytest.mark.skipif(cuda.nvcc() is None, reason="nvcc is not installed")
 
 
-def cuda_spec(name: str) -> builder.LibrarySpec:
-    return builder.LibrarySpec(name=name, sources=[ADD2, *KERNEL_SOURCES], extra_include_paths=[ADD2.parent],
+def cuda_spec(name: str, kernel_units: list[Path]) -> builder.LibrarySpec:
+    return builder.LibrarySpec(name=name, sources=[ADD2, *kernel_units], extra_include_paths=[ADD2.parent],
                                extra_cflags=cuda.host_cflags())
 
 
 @pytest.fixture(scope="module")
 def cuda_objects(tmp_path_factory):
     """Every CUDA translation unit compiled (not linked) for sm_90: add2.cu with nvcc, the bundled kernels with
-    CUDA placement against the CUDA runtime headers and torch's c10/cuda headers."""
+    CUDA placement against the CUDA runtime headers and torch's c10/cuda headers, in the units setup.py compiles."""
+    build_dir = tmp_path_factory.mktemp("cuda_build")
+    units = bundled.aten_kernel_units(REPO / "kernels", build_dir / "generated")
     old = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
     try:
-        return builder.build_objects(cuda_spec("cuda_check"), tmp_path_factory.mktemp("cuda_build"))
+        return builder.build_objects(cuda_spec("cuda_check", units), build_dir)
     finally:
         if old is None:
             del os.environ["TORCH_CUDA_ARCH_LIST"]

@@ -21,14 +21,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from aot_ops._build import builder, npu
+from aot_ops._build import builder, bundled, npu
 from npu_support import fetch_torch_npu
 
 pytestmark = pytest.mark.slow  # downloads torch-npu once (44 MB), compiles the kernels for the NPU (minutes)
 
 REPO = Path(__file__).resolve().parent.parent
-KERNELS = sorted((REPO / "kernels" / "aten" / "cpu").glob("*.cpp")) + \
-    sorted((REPO / "kernels" / "aten" / "generic").glob("*.cpp"))
 TEST_DEVICE = REPO / "tests" / "kernels" / "npu_test_device.cpp"
 @pytest.fixture(scope="module")
 def npu_builds(tmp_path_factory):
@@ -36,11 +34,12 @@ def npu_builds(tmp_path_factory):
     against torch_npu (a link check: CANN's runtime is absent) and with the test device (loaded and run)."""
     toolchain = npu.NpuToolchain(fetch_torch_npu())
     build_dir = tmp_path_factory.mktemp("npu_build")
-    check = builder.LibrarySpec(name="aot_ops_npu_check", sources=KERNELS, npu_toolchain=toolchain)
+    kernels = bundled.aten_kernel_units(REPO / "kernels", build_dir / "generated")  # as setup.py compiles them
+    check = builder.LibrarySpec(name="aot_ops_npu_check", sources=kernels, npu_toolchain=toolchain)
     builder.write_ninja_file(check, build_dir, build_dir / "aot_ops_npu_check.so")
     builder.run_ninja(build_dir)
     link_log = (build_dir / "build.log").read_text()
-    device = builder.LibrarySpec(name="aot_ops_npu_test_device", sources=[*KERNELS, TEST_DEVICE],
+    device = builder.LibrarySpec(name="aot_ops_npu_test_device", sources=[*kernels, TEST_DEVICE],
                                  npu_toolchain=toolchain, npu_runtime_in_sources=True)
     test_library = builder.build_library(device, build_dir, build_dir / "published" / "libaot_ops_npu_test.so")
     return {"check": build_dir / "aot_ops_npu_check.so", "link_log": link_log, "test": test_library,

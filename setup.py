@@ -26,6 +26,13 @@ SHIPPED_SOURCES = ("ms_ext", "kernels")
 
 
 class BuildBundledLibraries(BuildAotExtension):
+    def finalize_options(self):
+        super().finalize_options()
+        # The libraries are independent: all are built at once (each ninja runs a compiler per core as well), so
+        # the front's one long unit does not leave the other cores idle at the end. `-j` on the command line wins.
+        if not self.parallel:
+            self.parallel = len(self.distribution.ext_modules)
+
     def run(self):
         if not (self.inplace or self.editable_mode):  # an editable install uses the checkout's folders
             for name in SHIPPED_SOURCES:

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
                                                    [--checkpointing] [--layers 8] [--steps 3] [--plot F.png]
+                                                   [--model llama|resnet50]
     .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
 
 The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
@@ -9,7 +10,9 @@ eager attention, float32, random weights), batch 4 x --tokens tokens, its loss f
 labels=ids, use_cache=False).loss` in a wrapper module, --steps SGD steps (lr 0.01). `--checkpointing`: the model
 asks for activation checkpointing itself (`gradient_checkpointing_enable(use_reentrant=False)`), as a user
 fine-tuning at long sequences does; `--autocast`: the loss computed under bfloat16 autocast over the float32
-weights (mixed precision as torch users train). Cases:
+weights (mixed precision as torch users train). `--model resnet50`: torchvision's ResNet-50 instead (batch 8 x 3 x
+224 x 224, cross-entropy over 1,000 classes, batch norm training; `--checkpointing` checkpoints each of its four
+stages with torch.utils.checkpoint). Cases:
 - torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
   `ms.value_and_grad` + `nn.SGD`;
@@ -45,7 +48,7 @@ from _memory import reset_peak, status_bytes
 CASES = ("torch", "value_and_grad", "train_step", "graph_train_one_step")
 
 
-def build(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
+def build_llama(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
     import transformers
 
     torch.manual_seed(0)
@@ -58,7 +61,53 @@ def build(layers: int, tokens: int, checkpointing: bool, autocast: bool = False)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.randint(0, 2000, (4, tokens), generator=torch.Generator().manual_seed(1))
-    return LossOf(model, autocast), ids
+    return LossOf(model, autocast), (ids, ids)
+
+
+def build_resnet50(checkpointing: bool, autocast: bool = False, batch: int = 8):
+    """torchvision's ResNet-50 (random weights, batch norm training), batch x 3 x 224 x 224 images, cross-entropy
+    over 1,000 classes; `checkpointing`: each of its four stages checkpointed (torch.utils.checkpoint, as
+    `checkpoint_sequential` users do)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50()
+    if checkpointing:
+        for name in ("layer1", "layer2", "layer3", "layer4"):
+            setattr(model, name, Checkpointed(getattr(model, name)))
+    model.train()
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randn(batch, 3, 224, 224, generator=gen)
+    labels = torch.randint(0, 1000, (batch,), generator=gen)
+    return ClassifierLoss(model, autocast), (images, labels)
+
+
+def build(model: str, layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
+    """(loss module, its inputs) of the benchmark's --model."""
+    if model == "resnet50":
+        return build_resnet50(checkpointing, autocast)
+    return build_llama(layers, tokens, checkpointing, autocast)
+
+
+class Checkpointed(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
+class ClassifierLoss(torch.nn.Module):
+    def __init__(self, model, autocast: bool = False):
+        super().__init__()
+        self.model, self.autocast = model, autocast
+
+    def forward(self, images, labels):
+        if not self.autocast:
+            return torch.nn.functional.cross_entropy(self.model(images), labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.nn.functional.cross_entropy(self.model(images).float(), labels)
 
 
 class LossOf(torch.nn.Module):
@@ -109,8 +158,9 @@ class PhaseSampler:
             self.peaks[phase] = max(self.peaks.get(phase, 0), rss)
 
 
-def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: bool, autocast: bool) -> dict:
-    wrapper, ids = build(layers, tokens, checkpointing, autocast)
+def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkpointing: bool,
+             autocast: bool) -> dict:
+    wrapper, inputs = build(model, layers, tokens, checkpointing, autocast)
     losses, times = [], []
     if case == "torch":
         optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
@@ -121,7 +171,7 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
                 times.append(time.perf_counter())
                 optimizer.zero_grad(set_to_none=True)
                 phases.phase = "forward"
-                loss = wrapper(ids, ids)
+                loss = wrapper(*inputs)
                 phases.phase = "backward"
                 loss.backward()
                 phases.phase = "optimizer"
@@ -134,10 +184,10 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
         from aot_ops._core.convert import to_ms
 
         ms.set_context(mode=ms.GRAPH_MODE if case == "graph_train_one_step" else ms.PYNATIVE_MODE)
-        cell = aot_ops.from_torch(wrapper, (ids, ids), fuse=True, input_grads=False)
+        cell = aot_ops.from_torch(wrapper, inputs, fuse=True, input_grads=False)
         cell.set_train(True)
         optimizer = ms.nn.SGD(cell.trainable_params(), learning_rate=0.01)
-        ms_ids = to_ms(ids)
+        ms_inputs = [to_ms(t) for t in inputs]
         if case == "train_step":
             step = aot_ops.train_step(cell, optimizer)
         elif case == "graph_train_one_step":
@@ -155,7 +205,7 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
         with PhaseSampler(aot_ops.program_launches) as phases:
             for _ in range(steps):
                 times.append(time.perf_counter())
-                losses.append(float(step(ms_ids, ms_ids).asnumpy()))
+                losses.append(float(step(*ms_inputs).asnumpy()))
     times.append(time.perf_counter())
     durations = [b - a for a, b in zip(times, times[1:])]
     # the first step compiles (MindSpore's graphs) or warms up (torch's allocator): the others are the step's time
@@ -167,7 +217,7 @@ def run_case(case: str, layers: int, tokens: int, steps: int, checkpointing: boo
 
 def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, int]:
     """Bytes of the tensors eager autograd keeps for the backward, each storage once, by dtype and shape."""
-    wrapper, ids = build(layers, tokens, checkpointing)
+    wrapper, inputs = build("llama", layers, tokens, checkpointing)
     seen, sizes = set(), {}
 
     def pack(t):
@@ -179,7 +229,7 @@ def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, i
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        wrapper(ids, ids)
+        wrapper(*inputs)
     return sizes
 
 
@@ -189,8 +239,8 @@ def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition:
     torch.compile's), by dtype and shape. These are the forward program's extra outputs in a fused port."""
     from functorch.compile import aot_module, default_partition, min_cut_rematerialization_partition
 
-    wrapper, ids = build(layers, tokens, checkpointing)
-    exported = torch.export.export(wrapper, (ids, ids)).module()
+    wrapper, inputs = build("llama", layers, tokens, checkpointing)
+    exported = torch.export.export(wrapper, inputs).module()
     partition_fn = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}[partition]
     sizes = {}
 
@@ -205,7 +255,7 @@ def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition:
 
     compiled = aot_module(exported, fw_compiler=forward_compiler, bw_compiler=lambda gm, _: gm,
                           partition_fn=partition_fn)
-    compiled(ids, ids).backward()
+    compiled(*inputs).backward()
     return sizes
 
 
@@ -242,6 +292,7 @@ def plot(path: str, title: str, results: dict[str, dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=("llama", "resnet50"), default="llama")
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
@@ -254,7 +305,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.one:
-        print(json.dumps(run_case(args.one, args.layers, args.tokens, args.steps, args.checkpointing,
+        print(json.dumps(run_case(args.one, args.model, args.layers, args.tokens, args.steps, args.checkpointing,
                                   args.autocast)))
         return
     if args.account:
@@ -262,12 +313,15 @@ def main() -> None:
                       **{f"AOTAutograd {p}": saved_by_partition(args.layers, args.tokens, args.checkpointing, p)
                          for p in ("default", "min_cut")}}))
         return
-    title = (f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens, float32, {args.steps} SGD steps, "
+    subject = ("ResNet-50, batch 8 x 224 x 224" if args.model == "resnet50" else
+               f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens")
+    title = (f"{subject}, float32, {args.steps} SGD steps, "
              f"checkpointing {'on' if args.checkpointing else 'off'}{', bfloat16 autocast' if args.autocast else ''}")
     print(f"{title}; uptime: {os.getloadavg()}")
     results = {}
     for case in args.cases.split(","):
-        cmd = [sys.executable, __file__, "--one", case, "--tokens", str(args.tokens), "--layers", str(args.layers),
+        cmd = [sys.executable, __file__, "--one", case, "--model", args.model, "--tokens", str(args.tokens),
+               "--layers", str(args.layers),
                "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else []) \
             + (["--autocast"] if args.autocast else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)

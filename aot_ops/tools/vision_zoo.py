@@ -141,6 +141,12 @@ def _torchvision(name: str, **kwargs) -> Callable[[], nn.Module]:
     return build
 
 
+def _shufflenet_v2_small() -> nn.Module:
+    import torchvision
+
+    return torchvision.models.ShuffleNetV2([1, 2, 1], [24, 48, 96, 192, 1024], num_classes=CLASSES)
+
+
 def _timm(name: str, **kwargs) -> Callable[[], nn.Module]:
     def build():
         import timm
@@ -165,9 +171,10 @@ def _families() -> list[Family]:
             _torchvision("mobilenet_v3_small", num_classes=CLASSES)())), _image_batch(IMAGE * 2)), chaotic=True,
             note="torchvision; hard-swish, squeeze-excitation; 64 x 64; chaotic (float32 and float64 part within "
                  "three steps)"),
-        Family("tv_shufflenet_v2", "vision", lambda: (_seeded(lambda: Classifier(
-            _torchvision("shufflenet_v2_x0_5", num_classes=CLASSES)())), _image_batch()), chaotic=True,
-            note="torchvision; channel shuffle; chaotic (float32 and float64 part at step 2)"),
+        # x0.5's widths with 1, 2, 1 units a stage (it has 4, 8, 4): both kinds of unit, strided and not, in each
+        Family("tv_shufflenet_v2", "vision", lambda: (_seeded(lambda: Classifier(_shufflenet_v2_small())),
+                                                      _image_batch()), chaotic=True,
+            note="torchvision; channel shuffle; x0.5 with 1, 2, 1 units; chaotic (judged on its first step)"),
         Family("tv_lraspp", "segmentation", lambda: (_seeded(lambda: Segmenter(
             _torchvision("lraspp_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
             _segmentation_batch(IMAGE * 2)), note="torchvision; upsampled to the image's size"),
@@ -175,9 +182,12 @@ def _families() -> list[Family]:
             _torchvision("deeplabv3_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
             _segmentation_batch()), chaotic=True,
             note="torchvision; atrous pyramid pooling; chaotic (float32 and float64 part at the first loss)"),
+        # S0's widths with 1, 1, 2, 2 blocks (S0 has 2, 2, 6, 4): each kind of block once at least (convolutional
+        # MLP blocks, attention blocks with and without stride, the attention downsample) at half the compile time
         Family("timm_efficientformerv2", "vision", lambda: (_seeded(lambda: Classifier(
-            _timm("efficientformerv2_s0", img_size=IMAGE * 2)())), _image_batch(IMAGE * 2)),
-            note="timm; attention with learned biases, upsampling by scale factor"),
+            _timm("efficientformerv2_s0", img_size=IMAGE * 2, depths=(1, 1, 2, 2), num_vit=1,
+                  mlp_ratios=(4, 4, (4, 3), (4, 3)))())), _image_batch(IMAGE * 2)),
+            note="timm; attention with learned biases, upsampling by scale factor; S0 with 1, 1, 2, 2 blocks"),
         Family("timm_convnext", "vision", lambda: (_seeded(lambda: Classifier(_timm("convnext_atto")())),
                                                     _image_batch()), note="timm"),
         Family("timm_vit", "vision", lambda: (_seeded(lambda: Classifier(

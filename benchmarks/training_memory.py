@@ -12,7 +12,8 @@ asks for activation checkpointing itself (`gradient_checkpointing_enable(use_ree
 fine-tuning at long sequences does; `--autocast`: the loss computed under bfloat16 autocast over the float32
 weights (mixed precision as torch users train). `--model resnet50`: torchvision's ResNet-50 instead (batch 8 x 3 x
 224 x 224, cross-entropy over 1,000 classes, batch norm training; `--checkpointing` checkpoints each of its four
-stages with torch.utils.checkpoint). Cases:
+stages with torch.utils.checkpoint). `--weights bfloat16`: the weights in bfloat16, the optimizer SGD with momentum 0.9
+over float32 master weights (its state float32), in torch and MindSpore alike. Cases:
 - torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
   `ms.value_and_grad` + `nn.SGD`;
@@ -158,12 +159,69 @@ class PhaseSampler:
             self.peaks[phase] = max(self.peaks.get(phase, 0), rss)
 
 
+class MasterWeightsSGD(torch.optim.Optimizer):
+    """torch: SGD with momentum over float32 master copies of bfloat16 parameters (the gradients cast up, the
+    step taken in float32, the parameters rounded from the masters), as mixed-precision trainers keep them."""
+
+    def __init__(self, params, lr: float, momentum: float):
+        self.params = list(params)
+        self.masters = [p.detach().float() for p in self.params]
+        self.inner = torch.optim.SGD(self.masters, lr=lr, momentum=momentum)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        for p, m in zip(self.params, self.masters):
+            m.grad = p.grad.float()
+            p.grad = None
+        self.inner.step()
+        for p, m in zip(self.params, self.masters):
+            p.copy_(m)
+
+
+def ms_master_weights_sgd(params, lr: float, momentum: float):
+    """MindSpore: the same optimizer as an nn.Optimizer (usable by train_step and TrainOneStepCell)."""
+    import mindspore as ms
+
+    update = ms.ops.MultitypeFuncGraph("master_weights_update")
+
+    @update.register("Tensor", "Number", "Tensor", "Tensor", "Tensor", "Tensor")
+    def _(lr, momentum, grad, master, moment, param):
+        moment = ms.ops.assign(moment, moment * momentum + grad.astype(ms.float32))
+        master = ms.ops.assign(master, master - lr * moment)
+        # Parameter.copy_, not assign: MindSpore's CPU Assign has no bfloat16 kernel (docs/mindspore-notes.md)
+        return param.copy_(master.astype(param.dtype))
+
+    class MasterWeightsSGDCell(ms.nn.Optimizer):
+        def __init__(self):
+            super().__init__(lr, params)
+            self.masters = ms.ParameterTuple([ms.Parameter(p.astype(ms.float32), name=f"master.{p.name}")
+                                              for p in self.parameters])
+            self.moments = ms.ParameterTuple([ms.Parameter(ms.ops.zeros(p.shape, ms.float32), name=f"moment.{p.name}")
+                                              for p in self.parameters])
+            self.momentum = momentum
+            self.map = ms.ops.HyperMap()
+
+        def construct(self, gradients):
+            return self.map(ms.ops.partial(update, self.get_lr(), self.momentum), gradients, self.masters,
+                            self.moments, self.parameters)
+
+    return MasterWeightsSGDCell()
+
+
 def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkpointing: bool,
-             autocast: bool) -> dict:
+             autocast: bool, weights: str = "float32") -> dict:
     wrapper, inputs = build(model, layers, tokens, checkpointing, autocast)
+    if weights == "bfloat16":  # bfloat16 weights, float32 master weights and momentum in the optimizer
+        wrapper.to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     losses, times = [], []
     if case == "torch":
-        optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.01)
+        optimizer = (MasterWeightsSGD(wrapper.parameters(), lr=0.01, momentum=0.9) if weights == "bfloat16" else
+                     torch.optim.SGD(wrapper.parameters(), lr=0.01))
         reset_peak()
         start_rss = status_bytes("VmRSS")
         with PhaseSampler() as phases:
@@ -186,7 +244,8 @@ def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkp
         ms.set_context(mode=ms.GRAPH_MODE if case == "graph_train_one_step" else ms.PYNATIVE_MODE)
         cell = aot_ops.from_torch(wrapper, inputs, fuse=True, input_grads=False)
         cell.set_train(True)
-        optimizer = ms.nn.SGD(cell.trainable_params(), learning_rate=0.01)
+        optimizer = (ms_master_weights_sgd(cell.trainable_params(), 0.01, 0.9) if weights == "bfloat16" else
+                     ms.nn.SGD(cell.trainable_params(), learning_rate=0.01))
         ms_inputs = [to_ms(t) for t in inputs]
         if case == "train_step":
             step = aot_ops.train_step(cell, optimizer)
@@ -299,6 +358,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--autocast", action="store_true", help="bfloat16 autocast over float32 weights")
+    parser.add_argument("--weights", choices=("float32", "bfloat16"), default="float32",
+                        help="bfloat16: the weights in bfloat16, SGD with momentum over float32 master weights")
     parser.add_argument("--account", action="store_true")
     parser.add_argument("--plot", help="write the peaks as a bar chart to this file (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
@@ -306,7 +367,7 @@ def main() -> None:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.one:
         print(json.dumps(run_case(args.one, args.model, args.layers, args.tokens, args.steps, args.checkpointing,
-                                  args.autocast)))
+                                  args.autocast, args.weights)))
         return
     if args.account:
         print(_table({"torch eager": saved_by_torch(args.layers, args.tokens, args.checkpointing),
@@ -315,7 +376,9 @@ def main() -> None:
         return
     subject = ("ResNet-50, batch 8 x 224 x 224" if args.model == "resnet50" else
                f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens")
-    title = (f"{subject}, float32, {args.steps} SGD steps, "
+    precision = ("bfloat16 weights, float32 master weights and momentum" if args.weights == "bfloat16" else
+                 "float32")
+    title = (f"{subject}, {precision}, {args.steps} SGD steps, "
              f"checkpointing {'on' if args.checkpointing else 'off'}{', bfloat16 autocast' if args.autocast else ''}")
     print(f"{title}; uptime: {os.getloadavg()}")
     results = {}
@@ -323,7 +386,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", case, "--model", args.model, "--tokens", str(args.tokens),
                "--layers", str(args.layers),
                "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else []) \
-            + (["--autocast"] if args.autocast else [])
+            + (["--autocast"] if args.autocast else []) + ["--weights", args.weights]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case}: failed\n{proc.stderr[-3000:]}")

@@ -28,8 +28,9 @@ sampled every millisecond): where in the step the memory is held.
 
 `--account`: the tensors the forward keeps for the backward, by size: torch's eager autograd (every tensor its
 saved-tensor hooks see, each storage once) against the forward graph AOTAutograd partitions out of the exported
-graph (the extra outputs a fused port's forward program hands its backward program), with the default partition
-(what the port uses) and torch.compile's min-cut partition, for the same model and batch. Weights the backward
+graph (the extra outputs a fused port's forward program hands its backward program), with AOTAutograd's default
+partition and torch.compile's min-cut partition (what a fused port uses; fuse="compile" uses the default one), for
+the same model and batch. Weights the backward
 reads (a linear's transposed weight) count in every column.
 """
 from __future__ import annotations
@@ -294,8 +295,8 @@ def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, i
 
 def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition: str) -> dict[str, int]:
     """Bytes of the values the forward graph hands the backward graph when AOTAutograd partitions the exported
-    graph with `partition` ("default": what the fused port does, aot_ops/_port/programs/fused.py; "min_cut":
-    torch.compile's), by dtype and shape. These are the forward program's extra outputs in a fused port."""
+    graph with `partition` ("default": AOTAutograd's, what fuse="compile" uses; "min_cut": torch.compile's, what
+    a fused port uses, aot_ops/_port/programs/fused.py), by dtype and shape. These are the forward program's extra outputs in a fused port."""
     from functorch.compile import aot_module, default_partition, min_cut_rematerialization_partition
 
     wrapper, inputs = build("llama", layers, tokens, checkpointing)

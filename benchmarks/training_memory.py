@@ -30,8 +30,7 @@ sampled every millisecond): where in the step the memory is held.
 saved-tensor hooks see, each storage once) against the forward graph AOTAutograd partitions out of the exported
 graph (the extra outputs a fused port's forward program hands its backward program), with AOTAutograd's default
 partition and torch.compile's min-cut partition (what a fused port uses; fuse="compile" uses the default one), for
-the same model and batch. Weights the backward
-reads (a linear's transposed weight) count in every column.
+the same model and batch. Weights the backward reads (a linear's transposed weight) count in every column.
 """
 from __future__ import annotations
 

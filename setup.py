@@ -78,13 +78,11 @@ def ascendc_sources() -> list[Path]:
     """The Ascend C kernels (compiled by g++ against the emulator's kernel_operator.h), the emulator settings and
     path counts (kernels/ascendc/aot), and the launches and entry points generated from the kernels' declarations
     (aot_ops/ascendc/_bundled.py) by the code generator users' kernels go through (aot_ops.ascendc.load)."""
+    from aot_ops._build.bundled import write_generated_source
     from aot_ops.ascendc import _bundled as bundled
 
-    generated = Path("build") / "generated" / "ascendc_bundled_entries.cpp"
-    text = bundled.library_source()
-    if not generated.is_file() or generated.read_text() != text:  # unchanged text: nothing to recompile
-        generated.parent.mkdir(parents=True, exist_ok=True)
-        generated.write_text(text)
+    generated = write_generated_source(Path("build") / "generated" / "ascendc_bundled_entries.cpp",
+                                       bundled.library_source())
     kernels = [p.relative_to(HERE) for p in bundled.kernel_sources(HERE / ASCENDC / "kernels")]
     runtime = sorted(p.relative_to(HERE) for p in (HERE / ASCENDC / "aot").glob("*.cpp"))
     return kernels + runtime + [generated]

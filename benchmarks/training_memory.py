@@ -62,7 +62,7 @@ def build_llama(layers: int, tokens: int, checkpointing: bool, autocast: bool = 
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.randint(0, 2000, (4, tokens), generator=torch.Generator().manual_seed(1))
-    return LossOf(model, autocast), (ids, ids)
+    return LossOf(model, causal_lm_loss, autocast), (ids, ids)
 
 
 def build_resnet50(checkpointing: bool, autocast: bool = False, batch: int = 8):
@@ -80,7 +80,7 @@ def build_resnet50(checkpointing: bool, autocast: bool = False, batch: int = 8):
     gen = torch.Generator().manual_seed(1)
     images = torch.randn(batch, 3, 224, 224, generator=gen)
     labels = torch.randint(0, 1000, (batch,), generator=gen)
-    return ClassifierLoss(model, autocast), (images, labels)
+    return LossOf(model, classifier_loss, autocast), (images, labels)
 
 
 def build(model: str, layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
@@ -99,31 +99,29 @@ class Checkpointed(torch.nn.Module):
         return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
 
 
-class ClassifierLoss(torch.nn.Module):
-    def __init__(self, model, autocast: bool = False):
-        super().__init__()
-        self.model, self.autocast = model, autocast
+def causal_lm_loss(model, ids, labels):
+    return model(input_ids=ids, labels=labels, use_cache=False).loss
 
-    def forward(self, images, labels):
-        if not self.autocast:
-            return torch.nn.functional.cross_entropy(self.model(images), labels)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return torch.nn.functional.cross_entropy(self.model(images).float(), labels)
+
+def classifier_loss(model, images, labels):
+    return torch.nn.functional.cross_entropy(model(images).float(), labels)  # .float(): float32 already, or autocast's
 
 
 class LossOf(torch.nn.Module):
-    def __init__(self, model, autocast: bool = False):
-        super().__init__()
-        self.model, self.autocast = model, autocast
+    """`loss(model, inputs, labels)` as a module, under bfloat16 autocast with `autocast`."""
 
-    def forward(self, ids, labels):
+    def __init__(self, model, loss, autocast: bool = False):
+        super().__init__()
+        self.model, self.loss, self.autocast = model, loss, autocast
+
+    def forward(self, inputs, labels):
         # mixed precision as torch users train: float32 weights, the computation in bfloat16 where autocast says.
         # Not entered at all without it: even disabled, autocast is a region of the exported graph, whose inlining
         # drops the checkpoint marks of the layers inside (docs/porting.md#activation-checkpointing)
         if not self.autocast:
-            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+            return self.loss(self.model, inputs, labels)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self.model(input_ids=ids, labels=labels, use_cache=False).loss
+            return self.loss(self.model, inputs, labels)
 
 
 class PhaseSampler:

@@ -56,8 +56,13 @@ def aten_kernel_units(kernels_dir: Path, generated_dir: Path) -> list[Path]:
     operators = sorted((kernels_dir / "aten" / "cpu").glob("*.cpp"))
     text = ("// The operators of kernels/aten/cpu as one translation unit (aot_ops/_build/bundled.py).\n"
             + "".join(f'#include "{source.resolve()}"\n' for source in operators))
-    unit = generated_dir / "aten_cpu_operators.cpp"
-    if not unit.is_file() or unit.read_text() != text:  # unchanged text: nothing to recompile
-        unit.parent.mkdir(parents=True, exist_ok=True)
-        unit.write_text(text)
+    unit = write_generated_source(generated_dir / "aten_cpu_operators.cpp", text)
     return [unit, *sorted((kernels_dir / "aten" / "generic").glob("*.cpp"))]
+
+
+def write_generated_source(path: Path, text: str) -> Path:
+    """`path` holding `text`, written only where it differs: an unchanged file leaves ninja nothing to recompile."""
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path

@@ -99,7 +99,8 @@ def cuda_library() -> list[AotExtension]:
 
     if cuda.nvcc() is None or cuda.why_not_linkable(use_torch=True) or not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return []
-    sources = cpu_kernel_sources() + sorted(p.relative_to(HERE) for p in (HERE / "kernels" / "cuda").glob("*.cu"))
+    own = [p for p in (HERE / "kernels" / "cuda").iterdir() if p.suffix in (".cu", ".cpp")]
+    sources = cpu_kernel_sources() + sorted(p.relative_to(HERE) for p in own)
     return [AotExtension("aot_ops.lib.libaot_ops_cuda", sources, [Path("kernels") / "cuda"], cuda.host_cflags())]
 
 

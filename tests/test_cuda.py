@@ -7,6 +7,7 @@ a machine with one, and are skipped here with the reason.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 KERNEL_SOURCES = sorted((REPO / "kernels" / "aten" / "cpu").glob("*.cpp")) + \
     sorted((REPO / "kernels" / "aten" / "generic").glob("*.cpp"))
-ADD2 = REPO / "kernels" / "cuda" / "add2.cu"
+ADD2_KERNEL = REPO / "kernels" / "cuda" / "add2.cu"  # device code, nvcc
+ADD2_OPS = REPO / "kernels" / "cuda" / "add2_ops.cpp"  # its MindSpore entry and PyTorch operator, C++ compiler
+ADD2 = [ADD2_OPS, ADD2_KERNEL]
 ENTRIES = ["LeakyRelu", "Add", "Mul", "Matmul", "Softmax", "AtenOp", "AtenOpBackward"]
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -33,14 +36,15 @@ needs_nvcc = pytest.mark.skipif(cuda.nvcc() is None, reason="nvcc is not install
 
 
 def cuda_spec(name: str, kernel_units: list[Path]) -> builder.LibrarySpec:
-    return builder.LibrarySpec(name=name, sources=[ADD2, *kernel_units], extra_include_paths=[ADD2.parent],
+    return builder.LibrarySpec(name=name, sources=[*ADD2, *kernel_units], extra_include_paths=[ADD2_KERNEL.parent],
                                extra_cflags=cuda.host_cflags())
 
 
 @pytest.fixture(scope="module")
 def cuda_objects(tmp_path_factory):
-    """Every CUDA translation unit compiled (not linked) for sm_90: add2.cu with nvcc, the bundled kernels with
-    CUDA placement against the CUDA runtime headers and torch's c10/cuda headers, in the units setup.py compiles."""
+    """Every CUDA translation unit compiled (not linked) for sm_90: add2.cu with nvcc, add2_ops.cpp and the bundled
+    kernels with CUDA placement against the CUDA runtime headers and torch's c10/cuda headers, in the units setup.py
+    compiles."""
     build_dir = tmp_path_factory.mktemp("cuda_build")
     units = bundled.aten_kernel_units(REPO / "kernels", build_dir / "generated")
     old = os.environ.get("TORCH_CUDA_ARCH_LIST")
@@ -61,12 +65,17 @@ def symbols(obj: Path) -> str:
 @pytest.mark.slow  # nvcc and every kernel compiled for sm_90
 @needs_nvcc
 def test_add2_compiles_with_nvcc_for_sm90(cuda_objects):
-    add2 = next(o for o in cuda_objects if "add2" in o.name)
-    sections = subprocess.run(["readelf", "-S", str(add2)], capture_output=True, text=True).stdout
+    kernel = next(o for o in cuda_objects if o.name.endswith("_add2.o"))
+    sections = subprocess.run(["readelf", "-S", str(kernel)], capture_output=True, text=True).stdout
     assert ".nv_fatbin" in sections  # device code was generated
-    table = symbols(add2)
-    assert " T Add2" in table and " T ms_ext_signature_Add2" in table
+    table = symbols(kernel)
     assert "add2::add2_vectorised" in table  # the kernel's host stub
+    # the launches add2.h declares, for both types, defined here for the bindings to call
+    for dtype in ("float", "__half"):  # (explicit instantiations: weak symbols)
+        assert re.search(rf" [TW] cudaError add2::launch<{dtype}>\(", table), dtype
+    ops = symbols(next(o for o in cuda_objects if o.name.endswith("_add2_ops.o")))
+    assert " T Add2" in ops and " T ms_ext_signature_Add2" in ops
+    assert " U cudaError add2::launch<float>(" in ops  # the bindings call the kernel's launch, compiled elsewhere
 
 
 @pytest.mark.slow  # nvcc and every kernel compiled for sm_90
@@ -88,8 +97,8 @@ def test_missing_arch_list_is_a_clear_error(monkeypatch):
 def test_add2_torch_operator_has_a_fake_implementation():
     """torch.compile traces add2 through its fake implementation (registered in Python, needs no GPU)."""
     schema = "add2(Tensor a, Tensor b) -> Tensor"
-    assert f'TORCH_LIBRARY(aot_ops_cuda, m) {{ m.def("{schema}"); }}' in ADD2.read_text()
-    # In a fresh process (so the GPU tests can still load the real library): the schema as add2.cu declares it
+    assert f'TORCH_LIBRARY(aot_ops_cuda, m) {{ m.def("{schema}"); }}' in ADD2_OPS.read_text()
+    # In a fresh process (so the GPU tests can still load the real library): the schema as add2_ops.cpp declares it
     # (that library cannot be loaded without a GPU), then aot_ops' fake implementation on it, run on fake tensors.
     code = textwrap.dedent(f"""
         import torch
@@ -118,7 +127,7 @@ def test_add2_torch_operator_has_a_fake_implementation():
 def gpu_library(tmp_path_factory):
     import aot_ops
 
-    return aot_ops.load("aot_ops_cuda_test", [ADD2, *KERNEL_SOURCES], extra_include_paths=[ADD2.parent],
+    return aot_ops.load("aot_ops_cuda_test", [*ADD2, *KERNEL_SOURCES], extra_include_paths=[ADD2_KERNEL.parent],
                         extra_cflags=cuda.host_cflags())
 
 

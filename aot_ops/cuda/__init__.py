@@ -1,7 +1,8 @@
 """The GPU side: the CUDA builds of the bundled kernels and the custom add2 kernel, for MindSpore and PyTorch.
 
 On a machine with a CUDA build of torch, nvcc and TORCH_CUDA_ARCH_LIST set, add2 is reachable three ways:
-- JIT: `aot_ops.cuda.add2_library()` (aot_ops.load of kernels/cuda/add2.cu, cached);
+- JIT: `aot_ops.cuda.add2_library()` (aot_ops.load of kernels/cuda: add2.cu, the kernel, and add2_ops.cpp, its
+  MindSpore entry and PyTorch operator; cached);
 - setuptools: `pip install --no-build-isolation -e .` also builds aot_ops/lib/libaot_ops_cuda.so
   (`aot_ops.library_path("cuda")`), which holds add2 and the CUDA variants of every bundled kernel (LeakyRelu, Add, Mul,
   Matmul, Softmax, ..., AtenOp);
@@ -19,10 +20,12 @@ from .._native.paths import source_dir
 @functools.lru_cache(maxsize=None)
 def add2_library():
     """add2 built just in time with aot_ops.load (cached across processes)."""
+    from .._build import cuda
     from .._core.library import load
 
     kernels = source_dir("kernels") / "cuda"
-    return load("add2", [kernels / "add2.cu"], extra_include_paths=[kernels])
+    return load("add2", [kernels / "add2_ops.cpp", kernels / "add2.cu"], extra_include_paths=[kernels],
+                extra_cflags=cuda.host_cflags())
 
 
 def add2(library=None):

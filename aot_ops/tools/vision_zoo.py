@@ -147,6 +147,60 @@ def _shufflenet_v2_small() -> nn.Module:
     return torchvision.models.ShuffleNetV2([1, 2, 1], [24, 48, 96, 192, 1024], num_classes=CLASSES)
 
 
+# MobileNetV3 with about half of its blocks, every kind kept: without expansion, ReLU and hard-swish, with and
+# without squeeze-excitation, strided and residual, and (for the segmenters, as torchvision builds them) the dilated
+# last stage. Its compile time, per block, is most of these families' time. (input, kernel, expanded, output,
+# squeeze-excitation, activation, stride, dilation), as torchvision's InvertedResidualConfig takes them.
+def _mobilenet_v3_blocks(large: bool, dilation: int = 1) -> list[tuple]:
+    if large:  # 8 of mobilenet_v3_large's 15
+        return [(16, 3, 16, 16, False, "RE", 1, 1), (16, 3, 64, 24, False, "RE", 2, 1),
+                (24, 5, 72, 40, True, "RE", 2, 1), (40, 5, 120, 40, True, "RE", 1, 1),
+                (40, 3, 240, 80, False, "HS", 2, 1), (80, 3, 184, 80, False, "HS", 1, 1),
+                (80, 5, 672, 160, True, "HS", 2, dilation), (160, 5, 960, 160, True, "HS", 1, dilation)]
+    return [(16, 3, 16, 16, True, "RE", 2, 1), (16, 3, 72, 24, False, "RE", 2, 1),  # 6 of mobilenet_v3_small's 11
+            (24, 3, 88, 24, False, "RE", 1, 1), (24, 5, 96, 40, True, "HS", 2, 1),
+            (40, 5, 240, 40, True, "HS", 1, 1), (40, 5, 288, 96, True, "HS", 2, 1)]
+
+
+def _mobilenet_v3(large: bool, dilation: int = 1) -> nn.Module:
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3
+
+    blocks = [InvertedResidualConfig(*block, width_mult=1.0) for block in _mobilenet_v3_blocks(large, dilation)]
+    return MobileNetV3(blocks, last_channel=1280 if large else 1024, num_classes=CLASSES)
+
+
+class _Stages(nn.Module):
+    """A MobileNetV3's features giving torchvision's segmentation heads what its builders take from them (through
+    IntermediateLayerGetter): the output of the layers in `taps`, by name."""
+
+    def __init__(self, features: nn.Sequential, taps: dict[int, str]):
+        super().__init__()
+        self.features, self.taps = features, taps
+
+    def forward(self, x):
+        found = {}
+        for index, layer in enumerate(self.features):
+            x = layer(x)
+            if index in self.taps:
+                found[self.taps[index]] = x
+        return found
+
+
+def _segmenter_on_mobilenet_v3(head: str) -> nn.Module:
+    """torchvision's deeplabv3_mobilenet_v3_large / lraspp_mobilenet_v3_large, made as their builders make them
+    (the dilated backbone; its stages start at the strided blocks), on the smaller MobileNetV3-Large above."""
+    from torchvision.models.segmentation.deeplabv3 import DeepLabHead, DeepLabV3
+    from torchvision.models.segmentation.lraspp import LRASPP
+
+    features = _mobilenet_v3(large=True, dilation=2).features
+    stages = [0] + [i for i, block in enumerate(features) if getattr(block, "_is_cn", False)] + [len(features) - 1]
+    high, low = stages[-1], stages[-4]
+    if head == "deeplabv3":
+        return DeepLabV3(_Stages(features, {high: "out"}), DeepLabHead(features[high].out_channels, CLASSES))
+    return LRASPP(_Stages(features, {low: "low", high: "high"}), features[low].out_channels,
+                  features[high].out_channels, CLASSES)
+
+
 def _timm(name: str, **kwargs) -> Callable[[], nn.Module]:
     def build():
         import timm
@@ -167,21 +221,20 @@ def _families() -> list[Family]:
         Family("tv_resnet18", "vision", lambda: (_seeded(lambda: Classifier(
             _torchvision("resnet18", num_classes=CLASSES)())), _image_batch()), chaotic=True,
             note="torchvision; chaotic (torch's float32 and float64 losses part at step 3)"),
-        Family("tv_mobilenet_v3", "vision", lambda: (_seeded(lambda: Classifier(
-            _torchvision("mobilenet_v3_small", num_classes=CLASSES)())), _image_batch(IMAGE * 2)), chaotic=True,
-            note="torchvision; hard-swish, squeeze-excitation; 64 x 64; chaotic (float32 and float64 part within "
-                 "three steps)"),
+        Family("tv_mobilenet_v3", "vision", lambda: (_seeded(lambda: Classifier(_mobilenet_v3(large=False))),
+                                                     _image_batch(IMAGE * 2)),
+            note="torchvision; hard-swish, squeeze-excitation; MobileNetV3-Small with 6 of its 11 blocks; 64 x 64"),
         # x0.5's widths with 1, 2, 1 units a stage (it has 4, 8, 4): both kinds of unit, strided and not, in each
         Family("tv_shufflenet_v2", "vision", lambda: (_seeded(lambda: Classifier(_shufflenet_v2_small())),
                                                       _image_batch()), chaotic=True,
             note="torchvision; channel shuffle; x0.5 with 1, 2, 1 units; chaotic (judged on its first step)"),
         Family("tv_lraspp", "segmentation", lambda: (_seeded(lambda: Segmenter(
-            _torchvision("lraspp_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
-            _segmentation_batch(IMAGE * 2)), note="torchvision; upsampled to the image's size"),
+            _segmenter_on_mobilenet_v3("lraspp"))), _segmentation_batch(IMAGE * 2)),
+            note="torchvision; upsampled to the image's size; MobileNetV3-Large with 8 of its 15 blocks"),
         Family("tv_deeplabv3", "segmentation", lambda: (_seeded(lambda: Segmenter(
-            _torchvision("deeplabv3_mobilenet_v3_large", num_classes=CLASSES, weights_backbone=None)())),
-            _segmentation_batch()), chaotic=True,
-            note="torchvision; atrous pyramid pooling; chaotic (float32 and float64 part at the first loss)"),
+            _segmenter_on_mobilenet_v3("deeplabv3"))), _segmentation_batch()), chaotic=True,
+            note="torchvision; atrous pyramid pooling; MobileNetV3-Large with 8 of its 15 blocks; chaotic (float32 "
+                 "and float64 part at the second loss)"),
         # S0's widths with 1, 1, 2, 2 blocks (S0 has 2, 2, 6, 4): each kind of block once at least (convolutional
         # MLP blocks, attention blocks with and without stride, the attention downsample) at half the compile time
         Family("timm_efficientformerv2", "vision", lambda: (_seeded(lambda: Classifier(

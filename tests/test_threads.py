@@ -2,8 +2,8 @@
 
 MindSpore is not safe to enter concurrently (another thread's values came back from PyNative Custom calls, and
 the process sometimes aborted; a GRAPH_MODE Cell called from threads crashed, with built-in operators too);
-aot_ops serialises the calls of its operators and ported cells. Each run is a fresh process, so a crash fails
-the test instead of the suite.
+aot_ops serialises the calls of its operators and ported cells. The runs are in fresh processes (the four-thread
+cases one after the other in one), so a crash fails the tests instead of the suite.
 """
 from __future__ import annotations
 
@@ -22,49 +22,64 @@ import numpy as np, mindspore as ms, torch
 ms.set_device("CPU")
 import aot_ops
 from aot_ops import aten
-kind, mode, per_thread = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LeakyReLU(0.2)).eval()
-if kind == "ported":
-    op = aot_ops.from_torch(module, (torch.randn(16, 8),))
-    make = lambda rng, seed: rng.standard_normal((16, 8)).astype(np.float32)
-    expect = lambda x: module(torch.from_numpy(x)).detach().numpy()
-else:
-    op = {"ready": aot_ops.leaky_relu(negative_slope=0.2),
-          "aten": aten.op("aten::leaky_relu", negative_slope=0.2)}[kind]
-    make = lambda rng, seed: rng.standard_normal(16 + seed).astype(np.float32)  # each thread its own shape
-    expect = lambda x: np.where(x > 0, x, 0.2 * x)
-calls, wrong, errors = [0], [0], []
 
-def worker(seed):
-    rng = np.random.default_rng(seed)
-    for _ in range(per_thread):
-        x = make(rng, seed)
-        try:
-            y = op(ms.Tensor(x)).asnumpy()
-        except Exception as exc:
-            errors.append(str(exc)[:200])
-            continue
-        calls[0] += 1
-        wrong[0] += not np.allclose(y, expect(x), rtol=1e-5, atol=1e-6)
+def run(kind, mode, per_thread):
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LeakyReLU(0.2)).eval()
+    if kind == "ported":
+        op = aot_ops.from_torch(module, (torch.randn(16, 8),))
+        make = lambda rng, seed: rng.standard_normal((16, 8)).astype(np.float32)
+        expect = lambda x: module(torch.from_numpy(x)).detach().numpy()
+    else:
+        op = {"ready": aot_ops.leaky_relu(negative_slope=0.2),
+              "aten": aten.op("aten::leaky_relu", negative_slope=0.2)}[kind]
+        make = lambda rng, seed: rng.standard_normal(16 + seed).astype(np.float32)  # each thread its own shape
+        expect = lambda x: np.where(x > 0, x, 0.2 * x)
+    calls, wrong, errors = [0], [0], []
 
-threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-[t.start() for t in threads]
-[t.join() for t in threads]
-print("RESULT", calls[0], wrong[0], len(errors), errors[:2])
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(per_thread):
+            x = make(rng, seed)
+            try:
+                y = op(ms.Tensor(x)).asnumpy()
+            except Exception as exc:
+                errors.append(str(exc)[:200])
+                continue
+            calls[0] += 1
+            wrong[0] += not np.allclose(y, expect(x), rtol=1e-5, atol=1e-6)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print("RESULT", f"{kind}-{mode}-{per_thread}", calls[0], wrong[0], len(errors), errors[:2], flush=True)
+
+for case in sys.argv[1:]:
+    kind, mode, per_thread = case.split("-")
+    run(kind, mode, int(per_thread))
 '''
 
+# (kind, mode, calls per thread); all run one after the other in one fresh process (a crash fails these tests, not
+# the suite), PyNative before GRAPH_MODE.
+CASES = [("ready", "pynative", 1500), ("aten", "pynative", 1500), ("ported", "pynative", 200), ("ported", "graph", 200)]
 
-@pytest.mark.parametrize("kind, mode, per_thread", [("ready", "pynative", 1500), ("aten", "pynative", 1500),
-                                                   ("ported", "pynative", 200), ("ported", "graph", 200)])
-def test_four_threads_get_their_own_results(kind, mode, per_thread, tmp_path):
-    script = tmp_path / "threads.py"
+
+@pytest.fixture(scope="module")
+def four_threads_runs(tmp_path_factory):
+    script = tmp_path_factory.mktemp("threads") / "threads.py"
     script.write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), kind, mode, str(per_thread)], capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    _, calls, wrong, errors, _ = line.split(" ", 4)
+    return subprocess.run([sys.executable, str(script), *("-".join(map(str, case)) for case in CASES)],
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("kind, mode, per_thread", CASES)
+def test_four_threads_get_their_own_results(kind, mode, per_thread, four_threads_runs):
+    proc = four_threads_runs
+    lines = {x.split(" ")[1]: x for x in proc.stdout.splitlines() if x.startswith("RESULT")}
+    line = lines.get(f"{kind}-{mode}-{per_thread}")
+    assert line is not None, f"the process died (exit {proc.returncode}) before this case: {proc.stderr[-2000:]}"
+    assert proc.returncode == 0, f"the process died (exit {proc.returncode}) after it: {proc.stderr[-2000:]}"
+    _, _, calls, wrong, errors, _ = line.split(" ", 5)
     assert (int(calls), int(wrong), int(errors)) == (4 * per_thread, 0, 0), line
 
 

@@ -193,7 +193,10 @@ def _segmenter_on_mobilenet_v3(head: str) -> nn.Module:
     from torchvision.models.segmentation.lraspp import LRASPP
 
     features = _mobilenet_v3(large=True, dilation=2).features
-    stages = [0] + [i for i, block in enumerate(features) if getattr(block, "_is_cn", False)] + [len(features) - 1]
+    # the builders' stages: the stem, each block whose configuration strides (features[0] is the stem, so block i is
+    # features[i + 1]), the last convolution
+    strided = [i + 1 for i, block in enumerate(_mobilenet_v3_blocks(large=True, dilation=2)) if block[6] > 1]
+    stages = [0, *strided, len(features) - 1]
     high, low = stages[-1], stages[-4]
     if head == "deeplabv3":
         return DeepLabV3(_Stages(features, {high: "out"}), DeepLabHead(features[high].out_channels, CLASSES))

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
                                                    [--checkpointing] [--layers 8] [--steps 3] [--plot F.png]
-                                                   [--model llama|resnet50]
+                                                   [--model llama|resnet50|llama-1b-lora]
     .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
 
 The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
@@ -12,7 +12,9 @@ asks for activation checkpointing itself (`gradient_checkpointing_enable(use_ree
 fine-tuning at long sequences does; `--autocast`: the loss computed under bfloat16 autocast over the float32
 weights (mixed precision as torch users train). `--model resnet50`: torchvision's ResNet-50 instead (batch 8 x 3 x
 224 x 224, cross-entropy over 1,000 classes, batch norm training; `--checkpointing` checkpoints each of its four
-stages with torch.utils.checkpoint). `--weights bfloat16`: the weights in bfloat16, the optimizer SGD with momentum 0.9
+stages with torch.utils.checkpoint). `--model llama-1b-lora`: a 1.1B Llama in bfloat16 fine-tuned with LoRA (peft,
+rank 16 on the attention projections, batch 1 x --tokens; only the adapters train, SGD with momentum over float32
+masters as below). `--weights bfloat16`: the weights in bfloat16, the optimizer SGD with momentum 0.9
 over float32 master weights (its state float32), in torch and MindSpore alike. Cases:
 - torch: torch eager, `loss.backward()` + `torch.optim.SGD`;
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
@@ -65,6 +67,30 @@ def build_llama(layers: int, tokens: int, checkpointing: bool, autocast: bool = 
     return LossOf(model, causal_lm_loss, autocast), (ids, ids)
 
 
+def build_llama_lora(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
+    """A 1.1B Llama (TinyLlama's shape: width 2048, MLP 5632, 32 heads / 4 key-value heads, vocabulary 32000, torch's
+    scaled-dot-product attention; 22 layers, or --layers) in bfloat16 with random weights, fine-tuned with LoRA
+    (peft: rank 16 on the four attention projections, the adapters in bfloat16 too), batch 1 x --tokens tokens. Only
+    the adapters train: the base is frozen."""
+    import peft
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                                      num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=4,
+                                      max_position_embeddings=max(2048, tokens), attn_implementation="sdpa",
+                                      use_cache=False)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    model = peft.get_peft_model(model, lora, autocast_adapter_dtype=False)  # adapters in the base's bfloat16
+    model.train()
+    ids = torch.randint(0, 32000, (1, tokens), generator=torch.Generator().manual_seed(1))
+    return LossOf(model, causal_lm_loss, autocast), (ids, ids)
+
+
 def build_resnet50(checkpointing: bool, autocast: bool = False, batch: int = 8):
     """torchvision's ResNet-50 (random weights, batch norm training), batch x 3 x 224 x 224 images, cross-entropy
     over 1,000 classes; `checkpointing`: each of its four stages checkpointed (torch.utils.checkpoint, as
@@ -87,6 +113,8 @@ def build(model: str, layers: int, tokens: int, checkpointing: bool, autocast: b
     """(loss module, its inputs) of the benchmark's --model."""
     if model == "resnet50":
         return build_resnet50(checkpointing, autocast)
+    if model == "llama-1b-lora":
+        return build_llama_lora(layers, tokens, checkpointing, autocast)
     return build_llama(layers, tokens, checkpointing, autocast)
 
 
@@ -218,8 +246,9 @@ def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkp
         inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     losses, times = [], []
     if case == "torch":
-        optimizer = (MasterWeightsSGD(wrapper.parameters(), lr=0.01, momentum=0.9) if weights == "bfloat16" else
-                     torch.optim.SGD(wrapper.parameters(), lr=0.01))
+        trained = [p for p in wrapper.parameters() if p.requires_grad]  # a LoRA model's adapters only
+        optimizer = (MasterWeightsSGD(trained, lr=0.01, momentum=0.9) if weights == "bfloat16" else
+                     torch.optim.SGD(trained, lr=0.01))
         reset_peak()
         start_rss = status_bytes("VmRSS")
         with PhaseSampler() as phases:
@@ -349,9 +378,9 @@ def plot(path: str, title: str, results: dict[str, dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=("llama", "resnet50"), default="llama")
+    parser.add_argument("--model", choices=("llama", "resnet50", "llama-1b-lora"), default="llama")
     parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--layers", type=int, help="decoder layers (default: 8; llama-1b-lora: 22)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--checkpointing", action="store_true")
@@ -362,6 +391,10 @@ def main() -> None:
     parser.add_argument("--plot", help="write the peaks as a bar chart to this file (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
     args = parser.parse_args()
+    if args.layers is None:
+        args.layers = 22 if args.model == "llama-1b-lora" else 8
+    if args.model == "llama-1b-lora":  # a bfloat16 model: its adapters' optimizer keeps float32 masters
+        args.weights = "bfloat16"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.one:
         print(json.dumps(run_case(args.one, args.model, args.layers, args.tokens, args.steps, args.checkpointing,
@@ -372,8 +405,9 @@ def main() -> None:
                       **{f"AOTAutograd {p}": saved_by_partition(args.layers, args.tokens, args.checkpointing, p)
                          for p in ("default", "min_cut")}}))
         return
-    subject = ("ResNet-50, batch 8 x 224 x 224" if args.model == "resnet50" else
-               f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens")
+    subject = {"resnet50": "ResNet-50, batch 8 x 224 x 224",
+               "llama-1b-lora": f"Llama 1.1B shape, {args.layers} layers, LoRA rank 16, batch 1 x {args.tokens} tokens",
+               }.get(args.model, f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens")
     precision = ("bfloat16 weights, float32 master weights and momentum" if args.weights == "bfloat16" else
                  "float32")
     title = (f"{subject}, {precision}, {args.steps} SGD steps, "

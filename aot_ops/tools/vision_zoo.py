@@ -162,11 +162,12 @@ def _mobilenet_v3_blocks(large: bool, dilation: int = 1) -> list[tuple]:
             (40, 5, 240, 40, True, "HS", 1, 1), (40, 5, 288, 96, True, "HS", 2, 1)]
 
 
-def _mobilenet_v3(large: bool, dilation: int = 1) -> nn.Module:
+def _mobilenet_v3(large: bool, dilation: int = 1) -> tuple[nn.Module, list]:
+    """The network and its blocks' configurations (torchvision's InvertedResidualConfig)."""
     from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3
 
     blocks = [InvertedResidualConfig(*block, width_mult=1.0) for block in _mobilenet_v3_blocks(large, dilation)]
-    return MobileNetV3(blocks, last_channel=1280 if large else 1024, num_classes=CLASSES)
+    return MobileNetV3(blocks, last_channel=1280 if large else 1024, num_classes=CLASSES), blocks
 
 
 class _Stages(nn.Module):
@@ -192,11 +193,11 @@ def _segmenter_on_mobilenet_v3(head: str) -> nn.Module:
     from torchvision.models.segmentation.deeplabv3 import DeepLabHead, DeepLabV3
     from torchvision.models.segmentation.lraspp import LRASPP
 
-    features = _mobilenet_v3(large=True, dilation=2).features
+    network, blocks = _mobilenet_v3(large=True, dilation=2)
+    features = network.features
     # the builders' stages: the stem, each block whose configuration strides (features[0] is the stem, so block i is
     # features[i + 1]), the last convolution
-    strided = [i + 1 for i, block in enumerate(_mobilenet_v3_blocks(large=True, dilation=2)) if block[6] > 1]
-    stages = [0, *strided, len(features) - 1]
+    stages = [0, *(i + 1 for i, block in enumerate(blocks) if block.stride > 1), len(features) - 1]
     high, low = stages[-1], stages[-4]
     if head == "deeplabv3":
         return DeepLabV3(_Stages(features, {high: "out"}), DeepLabHead(features[high].out_channels, CLASSES))
@@ -224,7 +225,7 @@ def _families() -> list[Family]:
         Family("tv_resnet18", "vision", lambda: (_seeded(lambda: Classifier(
             _torchvision("resnet18", num_classes=CLASSES)())), _image_batch()), chaotic=True,
             note="torchvision; chaotic (torch's float32 and float64 losses part at step 3)"),
-        Family("tv_mobilenet_v3", "vision", lambda: (_seeded(lambda: Classifier(_mobilenet_v3(large=False))),
+        Family("tv_mobilenet_v3", "vision", lambda: (_seeded(lambda: Classifier(_mobilenet_v3(large=False)[0])),
                                                      _image_batch(IMAGE * 2)),
             note="torchvision; hard-swish, squeeze-excitation; MobileNetV3-Small with 6 of its 11 blocks; 64 x 64"),
         # x0.5's widths with 1, 2, 1 units a stage (it has 4, 8, 4): both kinds of unit, strided and not, in each

@@ -51,19 +51,29 @@ from _memory import reset_peak, status_bytes
 CASES = ("torch", "value_and_grad", "train_step", "graph_train_one_step")
 
 
-def build_llama(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
+def _llama(layers: int, tokens: int, checkpointing: bool, **shape):
+    """A transformers LlamaForCausalLM of `shape` with random weights (seed 0), without a cache, the model's own
+    activation checkpointing on with `checkpointing`."""
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=2000, hidden_size=512, intermediate_size=1376,
-                                      num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
-                                      max_position_embeddings=max(2048, tokens), attn_implementation="eager",
-                                      use_cache=False)
+    config = transformers.LlamaConfig(num_hidden_layers=layers, max_position_embeddings=max(2048, tokens),
+                                      use_cache=False, **shape)
     model = transformers.LlamaForCausalLM(config)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def _token_ids(batch: int, tokens: int, vocabulary: int) -> torch.Tensor:
+    return torch.randint(0, vocabulary, (batch, tokens), generator=torch.Generator().manual_seed(1))
+
+
+def build_llama(layers: int, tokens: int, checkpointing: bool, autocast: bool = False):
+    model = _llama(layers, tokens, checkpointing, vocab_size=2000, hidden_size=512, intermediate_size=1376,
+                   num_attention_heads=8, num_key_value_heads=4, attn_implementation="eager")
     model.train()
-    ids = torch.randint(0, 2000, (4, tokens), generator=torch.Generator().manual_seed(1))
+    ids = _token_ids(4, tokens, 2000)
     return LossOf(model, causal_lm_loss, autocast), (ids, ids)
 
 
@@ -73,21 +83,14 @@ def build_llama_lora(layers: int, tokens: int, checkpointing: bool, autocast: bo
     (peft: rank 16 on the four attention projections, the adapters in bfloat16 too), batch 1 x --tokens tokens. Only
     the adapters train: the base is frozen."""
     import peft
-    import transformers
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
-                                      num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=4,
-                                      max_position_embeddings=max(2048, tokens), attn_implementation="sdpa",
-                                      use_cache=False)
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = _llama(layers, tokens, checkpointing, vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                   num_attention_heads=32, num_key_value_heads=4, attn_implementation="sdpa").to(torch.bfloat16)
     lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     model = peft.get_peft_model(model, lora, autocast_adapter_dtype=False)  # adapters in the base's bfloat16
     model.train()
-    ids = torch.randint(0, 32000, (1, tokens), generator=torch.Generator().manual_seed(1))
+    ids = _token_ids(1, tokens, 32000)
     return LossOf(model, causal_lm_loss, autocast), (ids, ids)
 
 

@@ -64,8 +64,8 @@ class BuildBundledLibraries(BuildAotExtension):
 
 
 def cpu_kernel_sources() -> list[Path]:
-    """The operator kernels (kernels/aten/cpu, compiled as one unit) and the generic entry for any ATen operator
-    (kernels/aten/generic)."""
+    """The operator kernels (kernels/aten/cpu) and the generic entry for any ATen operator (kernels/aten/generic),
+    compiled as one unit."""
     from aot_ops._build import bundled
 
     return bundled.aten_kernel_units(HERE / "kernels", HERE / "build" / "generated")

@@ -9,7 +9,7 @@ import pytest
 from aot_ops.tools import doctor
 from loader_support import REPO, env_with
 
-pytestmark = pytest.mark.slow  # the doctor in fresh processes, with compilers and caches taken away
+pytestmark = pytest.mark.slow  # the doctor in a fresh process, then in this one with compilers and caches taken away
 
 
 def run_doctor(**env):
@@ -34,18 +34,32 @@ def test_doctor_does_not_import_mindspore():
     assert proc.stdout.strip() == "False"
 
 
-def test_unwritable_cache_blocks_use(tmp_path):
+def doctor_in_this_process(monkeypatch, capsys, **env) -> tuple[int, str]:
+    """`aot_ops doctor` as the command line runs it, in the test's process (the fresh-process run is the test
+    above): (exit status, what it printed). The front's probe, a fresh process importing MindSpore, is switched
+    off: the checks under test read only the environment."""
+    from aot_ops.__main__ import main
+    from aot_ops._front import ENV_SWITCH
+
+    for name, value in {ENV_SWITCH: "0", **env}.items():
+        monkeypatch.setenv(name, str(value))
+    status = main(["doctor"])
+    return status, capsys.readouterr().out
+
+
+def test_unwritable_cache_blocks_use(tmp_path, monkeypatch, capsys):
     (tmp_path / "a_file").write_text("")
-    proc = run_doctor(AOT_OPS_CACHE=tmp_path / "a_file" / "cache")
-    assert proc.returncode == 1
-    assert "build cache" in proc.stdout and "not writable" in proc.stdout
-    assert "block using aot_ops: build cache" in proc.stdout
+    status, out = doctor_in_this_process(monkeypatch, capsys, AOT_OPS_CACHE=tmp_path / "a_file" / "cache")
+    assert status == 1
+    assert "build cache" in out and "not writable" in out
+    assert "block using aot_ops: build cache" in out
 
 
-def test_missing_compiler_blocks_use(tmp_path):
-    proc = run_doctor(CXX=tmp_path / "no-such-c++", AOT_OPS_CACHE=tmp_path / "cache")
-    assert proc.returncode == 1
-    assert "block using aot_ops: C++ compiler" in proc.stdout
+def test_missing_compiler_blocks_use(tmp_path, monkeypatch, capsys):
+    status, out = doctor_in_this_process(monkeypatch, capsys, CXX=tmp_path / "no-such-c++",
+                                         AOT_OPS_CACHE=tmp_path / "cache")
+    assert status == 1
+    assert "block using aot_ops: C++ compiler" in out
 
 
 def test_numpy_2_with_mindspore_2_10_is_explained(monkeypatch):

@@ -84,16 +84,20 @@ class PointwiseChain(nn.Module):
         return torch.sin(y) * torch.cos(y)
 
 
-def test_a_fused_forward_saves_one_tensor_where_the_backward_can_recompute_the_rest_and_trains_as_torch():
+@pytest.mark.parametrize("fuse", [True, pytest.param("compile", marks=pytest.mark.slow)],  # compile: AOTInductor
+                         ids=["fused", "compiled"])
+def test_a_fused_forward_saves_one_tensor_where_the_backward_can_recompute_the_rest_and_trains_as_torch(fuse):
     """The partition saves the linear layer's output alone and recomputes the pointwise operators from it in the
-    backward (torch.compile's min-cut partition), where torch's autograd keeps a tensor for each of them."""
+    backward (torch.compile's min-cut partition), where torch's autograd keeps a tensor for each of them; the same
+    for the programs AOTInductor compiles."""
     import mindspore as ms
 
+    from aot_ops._port.programs.compiled import is_compiled
     from support import to_ms, to_torch
 
     torch.manual_seed(0)
     model, x = PointwiseChain(), torch.randn(64, 32)
-    cell = aot_ops.from_torch(model, (x,), fuse=True, input_grads=False)
+    cell = aot_ops.from_torch(model, (x,), fuse=fuse, input_grads=False)
     mode = "train" if "train" in cell.mode_programs else "both"
     activation = 64 * 32 * 4
     output_bytes = [activation] * cell.mode_programs[mode].fused.forward.num_outputs
@@ -104,3 +108,5 @@ def test_a_fused_forward_saves_one_tensor_where_the_backward_can_recompute_the_r
     model(x).sum().backward()
     for ours_grad, parameter in zip(grads, model.parameters()):
         torch.testing.assert_close(to_torch(ours_grad), parameter.grad, rtol=1e-5, atol=1e-6)
+    programs = cell.mode_programs[mode]  # what ran: compiled by AOTInductor, both, with fuse="compile"
+    assert [is_compiled(programs.program(name)) for name in ("forward", "backward")] == [fuse == "compile"] * 2

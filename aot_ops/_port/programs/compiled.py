@@ -51,7 +51,7 @@ from ..._core.silenced_logs import silenced
 from ..._core.torch_private import aoti_compile_and_package, inductor_config, inductor_threads
 from ...errors import Error
 from ..errors import raised_by_aot_ops
-from .program import Program, with_key
+from .program import Program, views_as_reshapes, with_key
 
 # Bumped when what a package holds or how it is made changes, so older packages are not loaded.
 FORMAT = 1
@@ -118,7 +118,7 @@ class _Program(torch.nn.Module):
 
     def __init__(self, source: GraphSource):
         super().__init__()
-        self.graph = source.module
+        self.graph = views_as_reshapes(source.module)
         self.num_used = source.num_used
         self.picks = list(source.picks)
         self.writes = list(source.writes)

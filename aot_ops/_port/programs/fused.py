@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -32,7 +31,7 @@ from ..trace.fake import mode_of
 from .buffer_writes import written_in_place
 from .compiled import TRAINING_CONFIGS, GraphSource, inference_configs
 from .layers_traced_once import inline_regions, with_repeated_regions
-from .program import Program, build
+from .program import Program, build, views_as_reshapes
 from .program_inputs import Origin, ProgramInput, Saved, SavedFrom
 
 
@@ -84,19 +83,17 @@ class FusedGraph:
         return replace(self, sources={})
 
 def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str,
-         input_grads: bool = True, backward: bool = True, for_inductor: bool = False) -> FusedGraph:
+         input_grads: bool = True, backward: bool = True) -> FusedGraph:
     """The forward and backward programs of `program` (from export.export); `trainable`: the state keys of the
     parameters that get gradients; `label` names them in errors.
     `input_grads=False`: the backward computes no gradient for the user inputs (only for trainable parameters).
-    `backward=False`: the inference program alone (no gradient will be asked: AOTAutograd is not run).
-    `for_inductor`: the programs will be compiled by AOTInductor (fuse="compile"), which takes torch's default
-    partition (_partition)."""
+    `backward=False`: the inference program alone (no gradient will be asked: AOTAutograd is not run)."""
     output_specs = program.graph_signature.output_specs
     if not backward:
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label, write_buffers=True)
         return fused
-    joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label, min_cut=not for_inductor)
+    joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
     _save_each_tensor_once(joint)
     fused, forward = _forward_program(program, joint, label)
     _add_inference(fused, program, graph, label)
@@ -115,7 +112,7 @@ class _JointTrace:
     differentiable: list[int]
 
 
-def _trace_joint(program: ExportedProgram, flat: list, label: str, min_cut: bool) -> _JointTrace:
+def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrace:
     """AOTAutograd's forward and backward graphs of the exported graph, traced on fake `flat` inputs (the partition
     decides what the backward saves, and recomputes the user's checkpointed regions: _partition)."""
     from functorch.compile import aot_function, make_boxed_func
@@ -143,7 +140,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str, min_cut: bool
         return _unaliased(outs, values)
 
     compiled = aot_function(run, fw_compiler=capture("forward"), bw_compiler=capture("backward"),
-                            partition_fn=functools.partial(_partition, min_cut=min_cut))
+                            partition_fn=_partition)
     try:
         traced_once = (repeated_regions_traced_once(detect_fake_mode(flat), inline_regions) if regions
                        else contextlib.nullcontext())
@@ -163,7 +160,7 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str, min_cut: bool
     return _JointTrace(captured, len(outs), differentiable)
 
 
-def _partition(joint: torch.fx.GraphModule, joint_inputs, min_cut: bool, **options):
+def _partition(joint: torch.fx.GraphModule, joint_inputs, **options):
     """The forward and backward graphs cut out of the joint graph by torch.compile's min-cut partition, after the
     nodes of the user's checkpointed regions are tagged for recomputation (checkpoints.py). It saves the fewest
     bytes from which the backward can recompute what it needs with cheap operators (pointwise, views; never a
@@ -171,15 +168,11 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs, min_cut: bool, **optio
     the backward reads. A fused program saves its values as MindSpore buffers held until the backward program
     ends, so what is saved decides the step's peak: the Llama of benchmarks/training_memory.py (8 layers, 4 x 512
     tokens) trains in GRAPH_MODE at 1.29 GB where the default partition held 2.06 GB and torch's eager autograd
-    1.57 GB, and its step is no slower (docs/performance.md#training-memory).
-    Without `min_cut`, AOTAutograd's default partition: for programs AOTInductor compiles, whose export of a
-    min-cut backward graph failed on a view recomputed from a saved tensor of other strides (a transformer
-    classifier in tests/test_compiled.py); not solved yet."""
-    from functorch.compile import default_partition, min_cut_rematerialization_partition
+    1.57 GB, and its step is no slower (docs/performance.md#training-memory). Programs AOTInductor compiles
+    (fuse="compile") are cut the same way."""
+    from functorch.compile import min_cut_rematerialization_partition
 
     recompute_marked(joint)
-    if not min_cut:
-        return default_partition(joint, joint_inputs, **options)
     options.pop("static_lifetime_input_nodes", None)  # the default partition's alone
     return min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **options)
 
@@ -385,24 +378,22 @@ _METADATA_CHECKS = {torch.ops.aten._assert_tensor_metadata.default}
 
 
 def _graph_to_trace(module: torch.fx.GraphModule, checkpointed: bool) -> torch.fx.GraphModule:
-    """The exported graph as AOTAutograd traces it, a copy where it differs (one copy for both changes):
-    - its views made reshapes (program.AS_RESHAPE says why): AOTAutograd's tracing then decides view or copy by the
+    """The exported graph as AOTAutograd traces it, a copy where it differs:
+    - its views made reshapes (program.views_as_reshapes): AOTAutograd's tracing then decides view or copy by the
       strides its own kernels give;
     - with checkpointed regions, without torch.export's checks of a tensor's dtype and device (its record of a
       `.to()` call, in transformers' code): torch's partitioner refuses to recompute regions in a graph holding
       such a call (an "impure op"), and they checked the example the graph's own shapes and dtypes fix."""
-    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
-    dropped = _METADATA_CHECKS if checkpointed else set()
-    if not any(n.target in views or n.target in dropped for n in module.graph.nodes):
-        return module
-    module = copy.deepcopy(module)
-    for node in list(module.graph.nodes):
-        if node.target in views:
-            node.target = torch.ops.aten.reshape.default
-        elif node.target in dropped:
-            module.graph.erase_node(node)
-    module.recompile()
-    return module
+    traced = views_as_reshapes(module)
+    checks = [n for n in traced.graph.nodes if n.target in _METADATA_CHECKS] if checkpointed else []
+    if checks:
+        if traced is module:
+            traced = copy.deepcopy(module)
+            checks = [n for n in traced.graph.nodes if n.target in _METADATA_CHECKS]
+        for node in checks:
+            traced.graph.erase_node(node)
+        traced.recompile()
+    return traced
 
 
 def _unaliased(value, inputs):

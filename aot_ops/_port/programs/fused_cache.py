@@ -47,7 +47,7 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
 
     key = None if keep_sources or not kept.enabled() else _key(program, trainable, label, input_grads)
     if key is None:
-        return trace(program, graph, trainable, label, input_grads, for_inductor=keep_sources)
+        return trace(program, graph, trainable, label, input_grads)
     path = kept.entry("fused", key)
     found = kept.read(path)
     if found is not None:

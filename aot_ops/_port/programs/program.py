@@ -12,6 +12,7 @@ any more). A ported cell keeps its Program objects, so a dropped cell takes its 
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import weakref
 from dataclasses import dataclass, field, replace
@@ -83,6 +84,23 @@ class KeyHold:
 # and the real kernel's result then cannot be viewed. In a functional graph reshape computes the same values: a
 # view where the strides allow one, a copy where they do not.
 AS_RESHAPE = {"aten::view.default": "size", "aten::_unsafe_view.default": "size"}
+_FX_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)  # the same two, as graph targets
+
+
+def views_as_reshapes(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`module` with its views made reshapes, for the tracers that follow strides where the programs do not (a copy,
+    where it has any): AOTAutograd tracing an exported graph, and torch.export before AOTInductor compiles a
+    program. A saved tensor reaches the backward program contiguous (MindSpore's buffer), not with the strides the
+    forward gave it, so a view the partition made again from it (a permute, then a view of the permuted tensor:
+    tests/test_compiled.py's transformer classifier) can only be traced as a reshape."""
+    if not any(node.target in _FX_VIEWS for node in module.graph.nodes):
+        return module
+    module = copy.deepcopy(module)
+    for node in module.graph.nodes:
+        if node.target in _FX_VIEWS:
+            node.target = torch.ops.aten.reshape.default
+    module.recompile()
+    return module
 
 
 def node_attributes(op: Operator) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
                                                    [--checkpointing] [--layers 8] [--steps 3] [--plot F.png]
-                                                   [--model llama|resnet50|llama-1b-lora]
+                                                   [--model llama|resnet50|llama-1b-lora] [--fuse true|compile]
     .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
 
 The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
@@ -20,7 +20,8 @@ over float32 master weights (its state float32), in torch and MindSpore alike. C
 - value_and_grad: `aot_ops.from_torch(wrapper, (ids, labels), fuse=True, input_grads=False)`, PyNative,
   `ms.value_and_grad` + `nn.SGD`;
 - train_step: the same port, `aot_ops.train_step` (the whole step as one graph);
-- graph_train_one_step: the same port in GRAPH_MODE, `nn.TrainOneStepCell(cell, nn.SGD)`.
+- graph_train_one_step: the same port in GRAPH_MODE, `nn.TrainOneStepCell(cell, nn.SGD)`;
+with `--fuse compile`, the ports are `fuse="compile"` (their programs compiled by AOTInductor).
 
 Peak = the process's peak resident memory during the steps above what it held before them: the kernel's peak
 counter (VmHWM) is reset by writing 5 to /proc/self/clear_refs after the warm-up set-up, and read after the steps.
@@ -31,7 +32,7 @@ sampled every millisecond): where in the step the memory is held.
 `--account`: the tensors the forward keeps for the backward, by size: torch's eager autograd (every tensor its
 saved-tensor hooks see, each storage once) against the forward graph AOTAutograd partitions out of the exported
 graph (the extra outputs a fused port's forward program hands its backward program), with AOTAutograd's default
-partition and torch.compile's min-cut partition (what a fused port uses; fuse="compile" uses the default one), for
+partition and torch.compile's min-cut partition (what a fused port uses, compiled or not), for
 the same model and batch. Weights the backward reads (a linear's transposed weight) count in every column.
 """
 from __future__ import annotations
@@ -242,7 +243,7 @@ def ms_master_weights_sgd(params, lr: float, momentum: float):
 
 
 def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkpointing: bool,
-             autocast: bool, weights: str = "float32") -> dict:
+             autocast: bool, weights: str = "float32", fuse: bool | str = True) -> dict:
     wrapper, inputs = build(model, layers, tokens, checkpointing, autocast)
     if weights == "bfloat16":  # bfloat16 weights, float32 master weights and momentum in the optimizer
         wrapper.to(torch.bfloat16)
@@ -272,7 +273,7 @@ def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkp
         from aot_ops._core.convert import to_ms
 
         ms.set_context(mode=ms.GRAPH_MODE if case == "graph_train_one_step" else ms.PYNATIVE_MODE)
-        cell = aot_ops.from_torch(wrapper, inputs, fuse=True, input_grads=False)
+        cell = aot_ops.from_torch(wrapper, inputs, fuse=fuse, input_grads=False)
         cell.set_train(True)
         optimizer = (ms_master_weights_sgd(cell.trainable_params(), 0.01, 0.9) if weights == "bfloat16" else
                      ms.nn.SGD(cell.trainable_params(), learning_rate=0.01))
@@ -324,7 +325,7 @@ def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, i
 
 def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition: str) -> dict[str, int]:
     """Bytes of the values the forward graph hands the backward graph when AOTAutograd partitions the exported
-    graph with `partition` ("default": AOTAutograd's, what fuse="compile" uses; "min_cut": torch.compile's, what
+    graph with `partition` ("default": AOTAutograd's; "min_cut": torch.compile's, what
     a fused port uses, aot_ops/_port/programs/fused.py), by dtype and shape. These are the forward program's extra outputs in a fused port."""
     from functorch.compile import aot_module, default_partition, min_cut_rematerialization_partition
 
@@ -390,6 +391,8 @@ def main() -> None:
     parser.add_argument("--autocast", action="store_true", help="bfloat16 autocast over float32 weights")
     parser.add_argument("--weights", choices=("float32", "bfloat16"), default="float32",
                         help="bfloat16: the weights in bfloat16, SGD with momentum over float32 master weights")
+    parser.add_argument("--fuse", choices=("true", "compile"), default="true",
+                        help="compile: the ports' programs compiled by AOTInductor (fuse=\"compile\")")
     parser.add_argument("--account", action="store_true")
     parser.add_argument("--plot", help="write the peaks as a bar chart to this file (PNG)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a case in this process (the parent starts these)
@@ -401,7 +404,7 @@ def main() -> None:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.one:
         print(json.dumps(run_case(args.one, args.model, args.layers, args.tokens, args.steps, args.checkpointing,
-                                  args.autocast, args.weights)))
+                                  args.autocast, args.weights, True if args.fuse == "true" else args.fuse)))
         return
     if args.account:
         print(_table({"torch eager": saved_by_torch(args.layers, args.tokens, args.checkpointing),
@@ -413,7 +416,7 @@ def main() -> None:
                }.get(args.model, f"Llama {args.layers} layers, batch 4 x {args.tokens} tokens")
     precision = ("bfloat16 weights, float32 master weights and momentum" if args.weights == "bfloat16" else
                  "float32")
-    title = (f"{subject}, {precision}, {args.steps} SGD steps, "
+    title = (f"{subject}, {precision}, {args.steps} SGD steps, {'compiled' if args.fuse == 'compile' else 'fused'} ports, "
              f"checkpointing {'on' if args.checkpointing else 'off'}{', bfloat16 autocast' if args.autocast else ''}")
     print(f"{title}; uptime: {os.getloadavg()}")
     results = {}
@@ -421,7 +424,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", case, "--model", args.model, "--tokens", str(args.tokens),
                "--layers", str(args.layers),
                "--steps", str(args.steps)] + (["--checkpointing"] if args.checkpointing else []) \
-            + (["--autocast"] if args.autocast else []) + ["--weights", args.weights]
+            + (["--autocast"] if args.autocast else []) + ["--weights", args.weights, "--fuse", args.fuse]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{case}: failed\n{proc.stderr[-3000:]}")

@@ -183,7 +183,7 @@ def test_console_script_doctor_and_version(installed):
     script = python.parent / "aot-ops"
     version = _run([script, "--version"], cwd=work, env=_clean_env(work)).stdout
     assert version.strip() == "aot_ops 0.1.0"
-    _run([script, "doctor"], cwd=work, env=_clean_env(work))  # exit status 0: nothing blocks
+    # exit status 0 (`_run` checks it): nothing blocks (the table's rendering: tests/test_doctor.py)
     findings = json.loads(_run([script, "doctor", "--json"], cwd=work, env=_clean_env(work)).stdout)
     bundled = [f for f in findings if f["check"].startswith("bundled lib")]
     assert len(bundled) == 2 and all(f["status"] == "ok" for f in bundled), bundled

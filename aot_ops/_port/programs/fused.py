@@ -385,14 +385,13 @@ def _graph_to_trace(module: torch.fx.GraphModule, checkpointed: bool) -> torch.f
       `.to()` call, in transformers' code): torch's partitioner refuses to recompute regions in a graph holding
       such a call (an "impure op"), and they checked the example the graph's own shapes and dtypes fix."""
     traced = views_as_reshapes(module)
-    checks = [n for n in traced.graph.nodes if n.target in _METADATA_CHECKS] if checkpointed else []
-    if checks:
-        if traced is module:
-            traced = copy.deepcopy(module)
-            checks = [n for n in traced.graph.nodes if n.target in _METADATA_CHECKS]
-        for node in checks:
-            traced.graph.erase_node(node)
-        traced.recompile()
+    if not (checkpointed and any(n.target in _METADATA_CHECKS for n in traced.graph.nodes)):
+        return traced
+    if traced is module:  # no view was made a reshape: not copied yet
+        traced = copy.deepcopy(module)
+    for node in [n for n in traced.graph.nodes if n.target in _METADATA_CHECKS]:
+        traced.graph.erase_node(node)
+    traced.recompile()
     return traced
 
 

@@ -72,6 +72,16 @@ def program_counts() -> dict[str, int]:
             "entries": int(lib.aot_ops_program_entries()), "parses": int(lib.aot_ops_program_parses())}
 
 
+def saved_sets() -> dict[str, int]:
+    """The tensors fused forward programs keep in the bundled library for their backward programs
+    (_port/programs/saved_in_library.py; program.cpp, SavedSets): `sets` and `bytes` kept now, and `dropped`, the
+    sets dropped so far because their backward never ran (a gradient abandoned by an exception)."""
+    wait_for_queued_work()
+    lib = _bundled()
+    return {"sets": int(lib.aot_ops_saved_sets()), "bytes": int(lib.aot_ops_saved_bytes()),
+            "dropped": int(lib.aot_ops_saved_sets_dropped())}
+
+
 def aten_call_refusal(attrs: dict, input_dtypes: list[str | None] | None,
                       allow_factories: bool = False) -> tuple[str, bool]:
     """(why the generic ATen entry refuses this call, "" when it runs it; whether its inputs' dtypes can still

@@ -21,13 +21,14 @@ from mindspore import nn, ops
 
 from ..._core import dtypes as _dtypes
 from ..._core.convert import to_ms
-from ..._core.mindspore_private import has_hooks, recompile_on_next_call, run_compiled_graph
+from ..._core.mindspore_private import has_hooks, recompile_on_next_call, recording_gradients, run_compiled_graph
 from ..._core.primitive import CALL_LOCK, AotOp
 from ..._core.torch_private import tree_unflatten
 from ...errors import named_kernel_failure
 from ..errors import PortError
 from ..modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from ..programs.mode_programs import ModePrograms
+from ..programs.saved_in_library import worth_keeping
 from .call_inputs import bind_inputs, check_inputs
 from .graph_entry import COLLECTED_GRAPHS, PyNativeGraph, sync_phase
 from .module_tree import OperatorSet, build_module_cells, describe_counts
@@ -94,6 +95,9 @@ class PortedCell(nn.Cell):
         # Not cells: held in __dict__, out of MindSpore's attribute machinery.
         self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_on_first_use)
                                            for mode, fused in spec.fused.items()}
+        self.__dict__["_may_keep_saved"] = False  # during a PyNative training call (see saved_in_library)
+        self.__dict__["_can_keep_saved"] = any(Mode(m) is not Mode.EVAL and worth_keeping(f)
+                                               for m, f in spec.fused.items())
         self._compile_programs(spec.training)
         for mode, operators in self.make_operators().items():
             setattr(self, operators_attribute(mode), operators)
@@ -116,11 +120,13 @@ class PortedCell(nn.Cell):
         args = bind_inputs(self.module_name, self._spec.inputs, args, kwargs)
         check_inputs(self.module_name, self._spec.inputs, args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
-        as_graph = graph_mode or self._runs_as_graph()
+        keep_saved = not graph_mode and self._may_differentiate()
+        as_graph = graph_mode or (self._runs_as_graph() and not keep_saved)
         spec = self._spec.out_spec
         flat_twin = self.__dict__.get("_flat_twin")
         with COLLECTED_GRAPHS.call(), CALL_LOCK:  # one thread at a time (see _core/primitive.py: CALL_LOCK)
             try:
+                self.__dict__["_may_keep_saved"] = keep_saved
                 if not graph_mode and as_graph:
                     result = self._pynative_graph()(args)
                     if flat_twin is not None:
@@ -142,8 +148,26 @@ class PortedCell(nn.Cell):
                 if named is not None:
                     raise named from exc
                 raise
+            finally:
+                self.__dict__["_may_keep_saved"] = False
         # construct returns dicts for dict-like outputs (a ModelOutput cannot be built inside a graph)
         return tree_unflatten(_leaves(result, spec), spec) if _has_custom_containers(spec) else result
+
+    @property
+    def saved_in_library(self) -> bool:
+        """Whether the forward program keeps its saved tensors in the library (programs/saved_in_library.py): in a
+        PyNative training call recording a gradient, whose backward is sure to follow. Read by the generated
+        forward where construct runs: MindSpore records the gradient of a cell differentiated itself only once
+        Cell.__call__ has begun."""
+        return self.__dict__["_may_keep_saved"] and recording_gradients()
+
+    def _may_differentiate(self) -> bool:
+        """A PyNative training call whose gradient MindSpore may record, of a cell whose programs keep their saved
+        tensors in the library (programs/saved_in_library.py: big enough to matter): it runs construct operator by
+        operator (one program call, its buffer updates), not as an ms.jit graph, whose forward and backward graphs
+        each keep their memory from call to call (docs/performance.md, training memory)."""
+        return (self.training and self.__dict__["_can_keep_saved"]
+                and (self.requires_grad or recording_gradients()))
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -202,6 +226,11 @@ class PortedCell(nn.Cell):
     def make_program(self, mode: str, bprop_factory) -> AotOp:
         """The forward program of `mode` (fuse=True) as one operator, its bprop calling the backward program."""
         return self.__dict__["_mode_programs"][Mode(mode)].forward_operator(bprop_factory, self._constant_of(mode))
+
+    def make_program_keeping(self, mode: str, bprop_factory) -> AotOp:
+        """The forward program of `mode` keeping its saved tensors in the library, for a PyNative call recording a
+        gradient (programs/saved_in_library.py); its bprop calls the backward program taking them."""
+        return self.__dict__["_mode_programs"][Mode(mode)].keeping_operator(bprop_factory, self._constant_of(mode))
 
     def make_inference(self, mode: str, bprop_factory) -> AotOp:
         """The inference program of `mode` (fuse=True: the module's outputs, nothing saved) as one operator; its

@@ -21,6 +21,7 @@ from ..._core.dtypes import ms_name
 from ..errors import PortError
 from ..modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from ..programs.program_inputs import ProgramInput, SavedFrom, Source
+from ..programs.saved_in_library import wiring as saved_in_library
 from ..read.graph import Graph, Item, Operator
 from .module_tree import Structure
 
@@ -81,6 +82,8 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
     # The bprop factories the class's operators name, defined before it (GRAPH_MODE compiles them from source)
     factories = [factory for mode, f in (fused or {}).items() if f.backward is not None
                  for factory in (_bprop(mode, f), _inference_bprop(mode, f))]
+    factories += [_keeping_bprop(mode, f, wired) for mode, f in (fused or {}).items()
+                  if mode != _EVAL and (wired := saved_in_library(f)) is not None]
     for name, captured, params, body in factories:
         out.extend(["", *bprop_source(name, captured, params, body, _wrap)])
     return "\n".join(out + cls) + "\n"
@@ -97,6 +100,9 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
             if mode != _EVAL:
                 out.append(f"        {Mode(mode).attribute}.program = self.make_program({mode!r}, "
                            f"{'_bprop_' + mode if has_backward else 'None'})")
+                if saved_in_library(fused[mode]) is not None:
+                    out.append(f"        {Mode(mode).attribute}.program_keeping = self.make_program_keeping("
+                               f"{mode!r}, _keeping_bprop_{mode})")
             if mode != _TRAIN:
                 out.append(f"        {Mode(mode).attribute}.inference = self.make_inference({mode!r}, "
                            f"{'_inference_bprop_' + mode if has_backward else 'None'})")
@@ -239,6 +245,10 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
             return f"self.{constant_attribute(mode, name)}"
         return name
 
+    def call_line(indent: str, operator: str, inputs, num_outputs: int) -> list[str]:
+        call = f"self.{operators_attribute(mode)}.{operator}({', '.join(value(i) for i in inputs)})"
+        return _wrap(f"{indent}outs = ({call},)" if num_outputs == 1 else f"{indent}outs = {call}", indent + "    ")
+
     def calls(indent: str, training: bool) -> list[str]:
         """One program's call, its buffer updates (those it does not write itself), and the module's outputs."""
         if training:
@@ -247,9 +257,12 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
         else:
             operator, program, inputs = "inference", fused.inference, fused.inference_inputs
             updates, outputs = fused.inference_buffer_updates, fused.inference_user_outputs
-        call = f"self.{operators_attribute(mode)}.{operator}({', '.join(value(i) for i in inputs)})"
-        lines = _wrap(f"{indent}outs = ({call},)" if program.num_outputs == 1 else f"{indent}outs = {call}",
-                      indent + "    ")
+        lines = call_line(indent, operator, inputs, program.num_outputs)
+        wired = saved_in_library(fused) if training and backward else None
+        if wired is not None:  # the same leading outputs, the saved tensors kept in the library (a gradient follows)
+            lines = [f"{indent}if self.saved_in_library:",
+                     *call_line(indent + "    ", "program_keeping", inputs, wired.kept_from + 1),
+                     f"{indent}else:", *(f"    {line}" for line in lines)]
         lines.extend(f"{indent}self.assign({state_expr(key)}, outs[{k}])" for key, k in updates)
         lines.append(f"{indent}return {_structure(graph.out_spec, iter([f'outs[{k}]' for k in outputs]))}")
         return lines
@@ -282,6 +295,22 @@ def _bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:
     body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
             f"return ({', '.join(grads)},)"]
     return f"_bprop_{mode}", ["backward", "constants"], params, body
+
+
+def _keeping_bprop(mode: str, fused, wired) -> tuple[str, list[str], list[str], list[str]]:
+    """A bprop factory for the keeping forward program of `mode` (saved_in_library.py): the backward takes the
+    forward's ticket, then the saved tensors that are not in the kept set, the cotangents and its constants."""
+    n = fused.forward.num_inputs
+    params = [f"a{i}" for i in range(n)]
+    saved = [f"a{s.index}" if s.source is SavedFrom.INPUT else f"out[{s.index}]"
+             for k, s in enumerate(fused.saved) if not wired.from_set(k)]
+    tangents = [f"dout[{k}]" for k in fused.tangents]
+    constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
+    call = f"backward({', '.join([f'out[{wired.kept_from}]'] + saved + tangents + constants)})"
+    grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
+    body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
+            f"return ({', '.join(grads)},)"]
+    return f"_keeping_bprop_{mode}", ["backward", "constants"], params, body
 
 
 def _inference_bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:

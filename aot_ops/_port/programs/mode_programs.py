@@ -17,6 +17,7 @@ from .compiled import compiled_or_interpreted
 from .fused import FusedGraph
 from .program import Program
 from .program_inputs import ProgramInput
+from .saved_in_library import keeping_forward, taking_backward, wiring
 
 # What each mode runs: a training step the forward program and, for gradients, the backward program; evaluation
 # the inference program (the module's outputs, nothing saved).
@@ -32,6 +33,9 @@ class ModePrograms:
         self._programs: dict[str, Program | None] = {
             "forward": fused.forward, "backward": fused.backward, "inference": fused.inference}
         self._compile_tried: set[str] = set()
+        # The keeping variants (saved_in_library.py) of the current forward and backward programs, held here so
+        # that the library keeps them parsed while the cell lives (program.py: KeyHold).
+        self._keeping: tuple[Program, Program, Program, Program] | None = None
 
     def program(self, name: str) -> Program | None:
         """The program the cell runs now for "forward", "backward" or "inference" (compiled or interpreted)."""
@@ -62,6 +66,23 @@ class ModePrograms:
             constants = tuple(constant(i) for i in self.fused.backward_constants)
             bprop = bprop_factory(program_operator(self._programs["backward"], eager_front=False), constants)
         return program_operator(self._programs["forward"], bprop)
+
+    def keeping_operator(self, bprop_factory: Callable,
+                         constant: Callable[[ProgramInput], object]) -> AotOp:
+        """The forward program keeping its saved tensors in the library (saved_in_library.py), its bprop calling
+        the backward program that takes them."""
+        forward, backward = self.keeping_programs()
+        constants = tuple(constant(i) for i in self.fused.backward_constants)
+        bprop = bprop_factory(program_operator(backward, eager_front=False), constants)
+        return program_operator(forward, bprop)
+
+    def keeping_programs(self) -> tuple[Program, Program]:
+        """The keeping variants (saved_in_library.py) of the forward and backward programs the cell runs now."""
+        forward, backward = self._programs["forward"], self._programs["backward"]
+        if self._keeping is None or self._keeping[0] is not forward or self._keeping[1] is not backward:
+            wired = wiring(self.fused)
+            self._keeping = (forward, backward, keeping_forward(forward, wired), taking_backward(backward, wired))
+        return self._keeping[2], self._keeping[3]
 
     def inference_operator(self, bprop_factory: Callable | None,
                            constant: Callable[[ProgramInput], object]) -> AotOp:

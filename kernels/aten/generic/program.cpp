@@ -30,6 +30,12 @@
 //   program_package_writes bool     with a package and program_writes: the package writes those inputs itself (it
 //                                   returns the outputs alone); without it, it returns the outputs, then the
 //                                   written values in program_writes' order
+//   program_kept_from    int        optional, a forward program: the outputs from this position on are the tensors
+//                                   saved for the backward, kept here (SavedSets below) instead of handed to
+//                                   MindSpore; MindSpore gets the outputs before it and one int64 [1] ticket
+//   program_store_inputs int list   optional, a backward program: (input index, position in the saved set) pairs,
+//                                   flattened: those inputs are taken from the saved set of the ticket MindSpore
+//                                   passes as its first input, followed by the other inputs in order
 // and packed in program_nodes:
 //   n<k>_...             node k: the attributes of one generic ATen call (aten_op.cpp: aten_op, aten_kinds,
 //                        aten_arg_<i>, ...), plus
@@ -46,6 +52,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -186,8 +193,97 @@ struct CompiledBody {
   }
 };
 
+// The tensors forward programs saved for their backward programs, while MindSpore holds only a ticket
+// (program_kept_from, program_store_inputs; aot_ops/_port/programs/saved_in_library.py says when and why: under a
+// PyNative gradient MindSpore held the saved outputs, and its graphs their memory, beside the next step's). Kept
+// here, a set lives until its backward takes it, and each tensor is freed as soon as the backward has read it for
+// the last time, as torch's autograd frees it.
+// A set whose backward never runs (an exception between the forward and the backward, a forward whose outputs do
+// not reach the loss) is dropped when a later forward of the same program keeps a set after a backward of that
+// program took a newer set than it: backwards take sets newest first within one gradient, so an older set still
+// here then belongs to a gradient that is over. A backward whose set was dropped raises an error naming it.
+class SavedSets {
+ public:
+  int64_t keep(const std::string &program, std::vector<at::Tensor> tensors) {
+    std::vector<std::vector<at::Tensor>> stale;  // freed after the lock is let go
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t ticket = next_++;
+    const auto consumed = newest_taken_.find(program);
+    if (consumed != newest_taken_.end())
+      for (auto it = sets_.begin(); it != sets_.end();)
+        if (it->second.program == program && it->first < consumed->second) {
+          stale.push_back(std::move(it->second.tensors));
+          dropped_.fetch_add(1, std::memory_order_relaxed);
+          it = sets_.erase(it);
+        } else {
+          ++it;
+        }
+    sets_.emplace(ticket, Set{program, std::move(tensors)});
+    return ticket;
+  }
+
+  // The set of `ticket`, no longer kept here.
+  std::vector<at::Tensor> take(int64_t ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = sets_.find(ticket);
+    if (found == sets_.end())
+      throw std::runtime_error(
+          "the tensors its forward saved for it (ticket " + std::to_string(ticket) +
+          ") are gone: each set is taken by one backward, and a set is dropped once a later gradient of the same "
+          "program is over (a backward run twice for one forward, or after later gradients, is not supported)");
+    int64_t &newest = newest_taken_[found->second.program];
+    newest = std::max(newest, ticket);
+    std::vector<at::Tensor> tensors = std::move(found->second.tensors);
+    sets_.erase(found);
+    return tensors;
+  }
+
+  int64_t count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(sets_.size());
+  }
+
+  int64_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int64_t total = 0;
+    for (const auto &kv : sets_)
+      for (const at::Tensor &t : kv.second.tensors)
+        if (t.defined()) total += static_cast<int64_t>(t.storage().nbytes());
+    return total;
+  }
+
+  int64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Set {
+    std::string program;
+    std::vector<at::Tensor> tensors;
+  };
+  std::mutex mutex_;
+  std::map<int64_t, Set> sets_;
+  std::unordered_map<std::string, int64_t> newest_taken_;  // per program: the newest ticket a backward took
+  int64_t next_ = 1;
+  std::atomic<int64_t> dropped_{0};
+};
+
+// Never destroyed, as the program registry below.
+SavedSets &saved_sets() {
+  static SavedSets *const instance = new SavedSets();
+  return *instance;
+}
+
+// A kept tensor must own its memory: one that is (a view of) an input or an output buffer lives in MindSpore's
+// memory, which MindSpore may reuse once the launch returns.
+at::Tensor owned(const at::Tensor &t, const std::vector<at::Tensor> &mindspore_buffers) {
+  if (!t.defined()) return t;
+  for (const at::Tensor &buffer : mindspore_buffers)
+    if (buffer.defined() && t.storage().is_alias_of(buffer.storage())) return t.clone();
+  return t;
+}
+
 struct Program {
   std::string name;
+  std::string key;  // program_key
   int num_inputs = 0;
   int num_slots = 0;
   std::deque<ProgramNode> nodes;  // a deque: AtenPlan is neither copyable nor movable
@@ -195,12 +291,16 @@ struct Program {
   std::vector<std::pair<int, int64_t>> writes;  // (input index, slot): program_writes
   bool package_writes = false;                  // program_package_writes
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
+  int64_t kept_from = -1;  // program_kept_from: outputs from here on are kept in saved_sets(), -1: none
+  std::vector<std::pair<int, size_t>> store_inputs;  // program_store_inputs: (input index, position in the set)
+  std::vector<bool> kept_slot;                       // per slot: a kept output (never replaced by a buffer)
   // program_package: runs instead of the nodes; with the nodes too (dynamic sizes), for the inputs it was
   // compiled for, the nodes running every other size.
   std::unique_ptr<const CompiledBody> compiled;
 
   explicit Program(const ms_ext::Attrs &attrs)
-      : name(attrs.get<std::string>("program_name")), num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
+      : name(attrs.get<std::string>("program_name")), key(attrs.get<std::string>("program_key", "")),
+        num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
         outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
     const std::vector<int64_t> flat_writes = attrs.get<std::vector<int64_t>>("program_writes", {});
     if (flat_writes.size() % 2 != 0) throw std::invalid_argument("program_writes is not a list of pairs");
@@ -211,6 +311,20 @@ struct Program {
       writes.emplace_back(static_cast<int>(flat_writes[k]), flat_writes[k + 1]);
     }
     package_writes = attrs.get<bool>("program_package_writes", false);
+    kept_from = attrs.get<int64_t>("program_kept_from", -1);
+    if (kept_from < -1 || kept_from > static_cast<int64_t>(outputs.size()))
+      throw std::invalid_argument("program_kept_from is " + std::to_string(kept_from) + " for " +
+                                  std::to_string(outputs.size()) + " outputs");
+    const std::vector<int64_t> flat_store = attrs.get<std::vector<int64_t>>("program_store_inputs", {});
+    if (flat_store.size() % 2 != 0) throw std::invalid_argument("program_store_inputs is not a list of pairs");
+    std::vector<bool> from_store(num_inputs, false);
+    for (size_t k = 0; k < flat_store.size(); k += 2) {
+      if (flat_store[k] < 0 || flat_store[k] >= num_inputs || from_store[flat_store[k]] || flat_store[k + 1] < 0)
+        throw std::invalid_argument("program_store_inputs names input " + std::to_string(flat_store[k]) + " of " +
+                                    std::to_string(num_inputs) + " twice or out of range");
+      from_store[flat_store[k]] = true;
+      store_inputs.emplace_back(static_cast<int>(flat_store[k]), static_cast<size_t>(flat_store[k + 1]));
+    }
     if (attrs.has("program_package")) {
       try {
         compiled = std::make_unique<const CompiledBody>(attrs, outputs.size() + (package_writes ? 0 : writes.size()));
@@ -245,13 +359,26 @@ struct Program {
     for (int64_t slot = 0; slot < num_slots; ++slot)
       if (last_reader[slot] >= 0) nodes[last_reader[slot]].release.push_back(slot);
     output_positions.resize(num_slots);
-    for (size_t j = 0; j < outputs.size(); ++j) output_positions[outputs[j]].push_back(static_cast<int>(j));
+    kept_slot.assign(num_slots, false);
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      if (static_cast<int>(j) < visible_outputs())
+        output_positions[outputs[j]].push_back(static_cast<int>(j));
+      else
+        kept_slot[outputs[j]] = true;
+    }
     for (ProgramNode &node : nodes)
       for (int r = 0; r < node.num_results; ++r)
         if (!output_positions[node.first_result + r].empty()) node.publish.push_back(node.first_result + r);
   }
 
-  std::vector<std::vector<int>> output_positions;  // per slot: the program outputs it is, in order
+  std::vector<std::vector<int>> output_positions;  // per slot: the program outputs MindSpore gets it as, in order
+
+  // The outputs MindSpore gets (a kept set's ticket aside), and MindSpore's counts of inputs and outputs.
+  int visible_outputs() const { return kept_from < 0 ? static_cast<int>(outputs.size()) : static_cast<int>(kept_from); }
+  int mindspore_outputs() const { return visible_outputs() + (kept_from < 0 ? 0 : 1); }
+  int mindspore_inputs() const {
+    return store_inputs.empty() ? num_inputs : num_inputs - static_cast<int>(store_inputs.size()) + 1;
+  }
 
   // Whether `slot`'s value is published when made: an output a node computes (not one of the program's inputs).
   bool is_published(int64_t slot) const { return slot >= num_inputs; }
@@ -263,12 +390,14 @@ struct Program {
   void publish(ms_ext::Call &call, int64_t slot, std::vector<at::Tensor> &slots) const {
     const std::vector<int> &positions = output_positions[slot];
     for (int j : positions) call.set_output(j, slots[slot]);
-    slots[slot] = call.output(positions.front());
+    if (!kept_slot[slot]) slots[slot] = call.output(positions.front());  // a kept one stays the program's own
   }
 
   // Runs every node and writes program_writes' values into their inputs; the results of the output slots, in order.
   // With `call`, node-made outputs are already in its output buffers when this returns (publish).
-  std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs, ms_ext::Call *call = nullptr) const {
+  // The inputs are moved into the program's slots (unless written back), so that a tensor only they hold (one of a
+  // kept set) is freed after its last reader.
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs, ms_ext::Call *call = nullptr) const {
     if (compiled && (nodes.empty() || compiled->accepts(inputs))) {
       std::vector<at::Tensor> results = compiled->run(inputs);
       if (!package_writes)
@@ -279,11 +408,11 @@ struct Program {
     // No tensor of a program outlives its launch (results are copied into MindSpore's buffers), so the dispatcher
     // may skip autograd and view tracking for every node.
     c10::InferenceMode inference;
-    std::vector<at::Tensor> slots(num_slots);
-    for (int i = 0; i < num_inputs; ++i) slots[i] = inputs[i];
     std::vector<ms_ext::Shape> input_shapes;
     if (reads_input_shapes)
       for (const at::Tensor &t : inputs) input_shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    std::vector<at::Tensor> slots(num_slots);
+    for (int i = 0; i < num_inputs; ++i) slots[i] = writes.empty() ? std::move(inputs[i]) : inputs[i];
     std::vector<at::Tensor> args;
     std::vector<ms_ext::Shape> shapes;
     for (size_t k = 0; k < nodes.size(); ++k) {
@@ -315,7 +444,7 @@ struct Program {
     for (const auto &[input, slot] : writes) write_back(inputs, input, slots[slot]);
     std::vector<at::Tensor> out;
     for (size_t j = 0; j < outputs.size(); ++j) {  // a published output is its own buffer, at each of its positions
-      const bool published = call != nullptr && is_published(outputs[j]);
+      const bool published = call != nullptr && is_published(outputs[j]) && static_cast<int>(j) < visible_outputs();
       out.push_back(published ? call->output(static_cast<int>(j)) : slots[outputs[j]]);
     }
     return out;
@@ -472,6 +601,31 @@ struct LaunchTimer {
   }
 };
 
+// The program's inputs from MindSpore's: as given, or (program_store_inputs) the saved set of the ticket given
+// first, with the other inputs after it.
+std::vector<at::Tensor> program_inputs(const Program &program, const std::vector<at::Tensor> &given) {
+  if (program.store_inputs.empty()) return given;
+  const at::Tensor &ticket = given.at(0);
+  if (ticket.scalar_type() != at::kLong || ticket.numel() != 1)
+    throw std::invalid_argument("input 0 must be the int64 ticket of the forward's saved tensors, got " +
+                                std::string(c10::toString(ticket.scalar_type())) + c10::str(ticket.sizes()));
+  std::vector<at::Tensor> set = saved_sets().take(ticket.item<int64_t>());
+  std::vector<at::Tensor> inputs(static_cast<size_t>(program.num_inputs));
+  std::vector<bool> filled(inputs.size(), false);
+  for (const auto &[input, position] : program.store_inputs) {
+    if (position >= set.size())
+      throw std::logic_error("the saved set holds " + std::to_string(set.size()) + " tensors, input " +
+                             std::to_string(input) + " reads its tensor " + std::to_string(position));
+    inputs[input] = set[position];
+    filled[input] = true;
+  }
+  set.clear();  // the program's slots are now the only holders: each is freed after its last reader
+  size_t next = 1;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!filled[i]) inputs[i] = given.at(next++);
+  return inputs;
+}
+
 int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
   const LaunchTimer timer;
   std::string op_name = entry;
@@ -483,15 +637,24 @@ int program_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
         *ms_ext::detail::launch_state(attrs, ms_ext::detail::kernel_data<ProgramRef>(raw.extra), local).program;
     op_name = program.name;
     const ms_ext::Signature sig = ms_ext::Signature()
-                                      .inputs(program.num_inputs)
-                                      .outputs(static_cast<int>(program.outputs.size()))
+                                      .inputs(program.mindspore_inputs())
+                                      .outputs(program.mindspore_outputs())
                                       .split_from_attributes();
     ms_ext::Call call(program.name.c_str(), sig, raw, attrs, 0, scope.device());
-    std::vector<at::Tensor> inputs;
-    for (int i = 0; i < program.num_inputs; ++i) inputs.push_back(call.input(i));
-    const std::vector<at::Tensor> results = program.run(inputs, &call);
-    for (int j = 0; j < call.num_outputs(); ++j)  // what run() published is there already
+    std::vector<at::Tensor> given;  // MindSpore's inputs
+    for (int i = 0; i < call.num_inputs(); ++i) given.push_back(call.input(i));
+    const std::vector<at::Tensor> results = program.run(program_inputs(program, given), &call);
+    for (int j = 0; j < program.visible_outputs(); ++j)  // what run() published is there already
       if (!results[j].is_same(call.output(j))) call.set_output(j, results[j]);
+    if (program.kept_from >= 0) {
+      std::vector<at::Tensor> mindspore_buffers = given;
+      for (int j = 0; j < call.num_outputs(); ++j) mindspore_buffers.push_back(call.output(j));
+      std::vector<at::Tensor> kept;
+      for (size_t j = static_cast<size_t>(program.kept_from); j < results.size(); ++j)
+        kept.push_back(owned(results[j], mindspore_buffers));
+      const int64_t ticket = saved_sets().keep(program.key, std::move(kept));
+      call.output(program.visible_outputs()).fill_(ticket);
+    }
     call.check_outputs_intact();
     scope.finish();
   });
@@ -508,12 +671,33 @@ std::vector<ms_ext::Shape> program_shapes(const char *entry, int *ndims, int64_t
     const int num_inputs = static_cast<int>(attrs.get<int64_t>("program_num_inputs"));
     const int num_outputs = static_cast<int>(attrs.get<std::vector<int64_t>>("program_outputs").size());
     const ShapeExprs exprs(attrs.get<std::string>("program_out_shapes"), num_outputs);
-    out = exprs.evaluate(ms_ext::detail::read_input_shapes(num_inputs, ndims, shapes));
+    // Inputs from a saved set have no shape here: aot_ops keeps sets only where the output shapes do not read them.
+    const std::vector<int64_t> store = attrs.get<std::vector<int64_t>>("program_store_inputs", {});
+    std::vector<bool> from_store(static_cast<size_t>(num_inputs), false);
+    for (size_t k = 0; k < store.size(); k += 2)
+      if (store[k] >= 0 && store[k] < num_inputs) from_store[static_cast<size_t>(store[k])] = true;
+    const int given = store.empty() ? num_inputs : num_inputs - static_cast<int>(store.size() / 2) + 1;
+    const std::vector<ms_ext::Shape> given_shapes = ms_ext::detail::read_input_shapes(given, ndims, shapes);
+    std::vector<ms_ext::Shape> input_shapes;
+    size_t next = store.empty() ? 0 : 1;
+    for (int i = 0; i < num_inputs; ++i)
+      input_shapes.push_back(from_store[static_cast<size_t>(i)] ? ms_ext::Shape{} : given_shapes.at(next++));
+    out = exprs.evaluate(input_shapes);
+    const int64_t kept_from = attrs.get<int64_t>("program_kept_from", -1);
+    if (kept_from >= 0 && kept_from <= static_cast<int64_t>(out.size())) {
+      out.resize(static_cast<size_t>(kept_from));
+      out.push_back({1});  // the ticket
+    }
   });
   return out;
 }
 
 }  // namespace
+
+// Saved sets kept for backward programs (SavedSets): how many, their bytes, and how many were dropped unused.
+extern "C" MS_EXT_EXPORT int64_t aot_ops_saved_sets(void) { return saved_sets().count(); }
+extern "C" MS_EXT_EXPORT int64_t aot_ops_saved_bytes(void) { return saved_sets().bytes(); }
+extern "C" MS_EXT_EXPORT int64_t aot_ops_saved_sets_dropped(void) { return saved_sets().dropped(); }
 
 extern "C" MS_EXT_EXPORT int64_t aot_ops_program_launches(void) {
   return g_program_launches.load(std::memory_order_relaxed);

@@ -82,7 +82,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
     # The bprop factories the class's operators name, defined before it (GRAPH_MODE compiles them from source)
     factories = [factory for mode, f in (fused or {}).items() if f.backward is not None
                  for factory in (_bprop(mode, f), _inference_bprop(mode, f))]
-    factories += [_keeping_bprop(mode, f, wired) for mode, f in (fused or {}).items()
+    factories += [_bprop(mode, f, wired) for mode, f in (fused or {}).items()
                   if mode != _EVAL and (wired := saved_in_library(f)) is not None]
     for name, captured, params, body in factories:
         out.extend(["", *bprop_source(name, captured, params, body, _wrap)])
@@ -280,37 +280,24 @@ def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], s
     return lines
 
 
-def _bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:
+def _bprop(mode: str, fused, wired=None) -> tuple[str, list[str], list[str], list[str]]:
     """A module-level bprop factory for the forward program of `mode` (bprops.bprop_source's name, captured values,
-    parameters and body): GRAPH_MODE compiles a bprop from its source, which must name every input (no *args)."""
+    parameters and body): GRAPH_MODE compiles a bprop from its source, which must name every input (no *args).
+    With `wired` (saved_in_library.SavedInLibrary), for the keeping forward program: the backward takes the
+    forward's ticket first, and the saved tensors in the kept set are not passed."""
     n = fused.forward.num_inputs
     params = [f"a{i}" for i in range(n)]
-    single_out = fused.forward.num_outputs == 1
+    single_out = wired is None and fused.forward.num_outputs == 1  # the keeping program adds its ticket
     saved = [f"a{s.index}" if s.source is SavedFrom.INPUT else ("out" if single_out else f"out[{s.index}]")
-             for s in fused.saved]
+             for k, s in enumerate(fused.saved) if wired is None or not wired.from_set(k)]
+    ticket = [] if wired is None else [f"out[{wired.kept_from}]"]
     tangents = ["dout" if single_out else f"dout[{k}]" for k in fused.tangents]
     constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
-    call = f"backward({', '.join(saved + tangents + constants)})"
+    call = f"backward({', '.join(ticket + saved + tangents + constants)})"
     grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
     body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
             f"return ({', '.join(grads)},)"]
-    return f"_bprop_{mode}", ["backward", "constants"], params, body
-
-
-def _keeping_bprop(mode: str, fused, wired) -> tuple[str, list[str], list[str], list[str]]:
-    """A bprop factory for the keeping forward program of `mode` (saved_in_library.py): the backward takes the
-    forward's ticket, then the saved tensors that are not in the kept set, the cotangents and its constants."""
-    n = fused.forward.num_inputs
-    params = [f"a{i}" for i in range(n)]
-    saved = [f"a{s.index}" if s.source is SavedFrom.INPUT else f"out[{s.index}]"
-             for k, s in enumerate(fused.saved) if not wired.from_set(k)]
-    tangents = [f"dout[{k}]" for k in fused.tangents]
-    constants = [f"constants[{j}]" for j in range(len(fused.backward_constants))]
-    call = f"backward({', '.join([f'out[{wired.kept_from}]'] + saved + tangents + constants)})"
-    grads = [f"_ops.zeros_like(a{i})" if g is None else f"g[{g}]" for i, g in enumerate(fused.grads)]
-    body = [f"g = ({call},)" if fused.backward.num_outputs == 1 else f"g = {call}",
-            f"return ({', '.join(grads)},)"]
-    return f"_keeping_bprop_{mode}", ["backward", "constants"], params, body
+    return f"{'_bprop' if wired is None else '_keeping_bprop'}_{mode}", ["backward", "constants"], params, body
 
 
 def _inference_bprop(mode: str, fused) -> tuple[str, list[str], list[str], list[str]]:

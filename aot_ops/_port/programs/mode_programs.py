@@ -61,19 +61,21 @@ class ModePrograms:
     def forward_operator(self, bprop_factory: Callable | None, constant: Callable[[ProgramInput], object]) -> AotOp:
         """The forward program as one operator, its bprop calling the backward program. `bprop_factory` is the
         generated one (codegen.py); `constant(input)` gives the cell's value of a constant input."""
-        bprop = None
-        if bprop_factory is not None:
-            constants = tuple(constant(i) for i in self.fused.backward_constants)
-            bprop = bprop_factory(program_operator(self._programs["backward"], eager_front=False), constants)
-        return program_operator(self._programs["forward"], bprop)
+        return self._forward_with_bprop(self._programs["forward"], self._programs["backward"], bprop_factory,
+                                        constant)
 
     def keeping_operator(self, bprop_factory: Callable,
                          constant: Callable[[ProgramInput], object]) -> AotOp:
         """The forward program keeping its saved tensors in the library (saved_in_library.py), its bprop calling
         the backward program that takes them."""
-        forward, backward = self.keeping_programs()
-        constants = tuple(constant(i) for i in self.fused.backward_constants)
-        bprop = bprop_factory(program_operator(backward, eager_front=False), constants)
+        return self._forward_with_bprop(*self.keeping_programs(), bprop_factory, constant)
+
+    def _forward_with_bprop(self, forward: Program, backward: Program, bprop_factory: Callable | None,
+                            constant: Callable[[ProgramInput], object]) -> AotOp:
+        bprop = None
+        if bprop_factory is not None:
+            constants = tuple(constant(i) for i in self.fused.backward_constants)
+            bprop = bprop_factory(program_operator(backward, eager_front=False), constants)
         return program_operator(forward, bprop)
 
     def keeping_programs(self) -> tuple[Program, Program]:

@@ -281,6 +281,34 @@ at::Tensor owned(const at::Tensor &t, const std::vector<at::Tensor> &mindspore_b
   return t;
 }
 
+// program_store_inputs read once for the kernel and for its shape inference: which program inputs come from a saved
+// set, and where each of the others is among MindSpore's inputs (the ticket is MindSpore's input 0).
+struct StoreInputs {
+  std::vector<std::pair<int, size_t>> from_set;  // (program input, position in the set)
+  std::vector<int> given_index;                   // per program input: its MindSpore input, or -1 (from the set)
+
+  StoreInputs(const ms_ext::Attrs &attrs, int num_inputs) : given_index(static_cast<size_t>(num_inputs), 0) {
+    const std::vector<int64_t> flat = attrs.get<std::vector<int64_t>>("program_store_inputs", {});
+    if (flat.size() % 2 != 0) throw std::invalid_argument("program_store_inputs is not a list of pairs");
+    for (size_t k = 0; k < flat.size(); k += 2) {
+      if (flat[k] < 0 || flat[k] >= num_inputs || given_index[static_cast<size_t>(flat[k])] < 0 || flat[k + 1] < 0)
+        throw std::invalid_argument("program_store_inputs names input " + std::to_string(flat[k]) + " of " +
+                                    std::to_string(num_inputs) + " twice or out of range");
+      given_index[static_cast<size_t>(flat[k])] = -1;
+      from_set.emplace_back(static_cast<int>(flat[k]), static_cast<size_t>(flat[k + 1]));
+    }
+    int next = from_set.empty() ? 0 : 1;
+    for (int &index : given_index)
+      if (index == 0) index = next++;
+  }
+
+  bool empty() const { return from_set.empty(); }
+  int mindspore_inputs() const {
+    return empty() ? static_cast<int>(given_index.size())
+                   : static_cast<int>(given_index.size() - from_set.size()) + 1;
+  }
+};
+
 struct Program {
   std::string name;
   std::string key;  // program_key
@@ -292,7 +320,7 @@ struct Program {
   bool package_writes = false;                  // program_package_writes
   bool reads_input_shapes = false;  // some node's sizes read the program inputs' shapes (n<k>_graph_shapes)
   int64_t kept_from = -1;  // program_kept_from: outputs from here on are kept in saved_sets(), -1: none
-  std::vector<std::pair<int, size_t>> store_inputs;  // program_store_inputs: (input index, position in the set)
+  StoreInputs store_inputs;                          // program_store_inputs
   std::vector<bool> kept_slot;                       // per slot: a kept output (never replaced by a buffer)
   // program_package: runs instead of the nodes; with the nodes too (dynamic sizes), for the inputs it was
   // compiled for, the nodes running every other size.
@@ -301,7 +329,7 @@ struct Program {
   explicit Program(const ms_ext::Attrs &attrs)
       : name(attrs.get<std::string>("program_name")), key(attrs.get<std::string>("program_key", "")),
         num_inputs(static_cast<int>(attrs.get<int64_t>("program_num_inputs"))),
-        outputs(attrs.get<std::vector<int64_t>>("program_outputs")) {
+        outputs(attrs.get<std::vector<int64_t>>("program_outputs")), store_inputs(attrs, num_inputs) {
     const std::vector<int64_t> flat_writes = attrs.get<std::vector<int64_t>>("program_writes", {});
     if (flat_writes.size() % 2 != 0) throw std::invalid_argument("program_writes is not a list of pairs");
     for (size_t k = 0; k < flat_writes.size(); k += 2) {
@@ -315,16 +343,6 @@ struct Program {
     if (kept_from < -1 || kept_from > static_cast<int64_t>(outputs.size()))
       throw std::invalid_argument("program_kept_from is " + std::to_string(kept_from) + " for " +
                                   std::to_string(outputs.size()) + " outputs");
-    const std::vector<int64_t> flat_store = attrs.get<std::vector<int64_t>>("program_store_inputs", {});
-    if (flat_store.size() % 2 != 0) throw std::invalid_argument("program_store_inputs is not a list of pairs");
-    std::vector<bool> from_store(num_inputs, false);
-    for (size_t k = 0; k < flat_store.size(); k += 2) {
-      if (flat_store[k] < 0 || flat_store[k] >= num_inputs || from_store[flat_store[k]] || flat_store[k + 1] < 0)
-        throw std::invalid_argument("program_store_inputs names input " + std::to_string(flat_store[k]) + " of " +
-                                    std::to_string(num_inputs) + " twice or out of range");
-      from_store[flat_store[k]] = true;
-      store_inputs.emplace_back(static_cast<int>(flat_store[k]), static_cast<size_t>(flat_store[k + 1]));
-    }
     if (attrs.has("program_package")) {
       try {
         compiled = std::make_unique<const CompiledBody>(attrs, outputs.size() + (package_writes ? 0 : writes.size()));
@@ -376,9 +394,7 @@ struct Program {
   // The outputs MindSpore gets (a kept set's ticket aside), and MindSpore's counts of inputs and outputs.
   int visible_outputs() const { return kept_from < 0 ? static_cast<int>(outputs.size()) : static_cast<int>(kept_from); }
   int mindspore_outputs() const { return visible_outputs() + (kept_from < 0 ? 0 : 1); }
-  int mindspore_inputs() const {
-    return store_inputs.empty() ? num_inputs : num_inputs - static_cast<int>(store_inputs.size()) + 1;
-  }
+  int mindspore_inputs() const { return store_inputs.mindspore_inputs(); }
 
   // Whether `slot`'s value is published when made: an output a node computes (not one of the program's inputs).
   bool is_published(int64_t slot) const { return slot >= num_inputs; }
@@ -611,18 +627,15 @@ std::vector<at::Tensor> program_inputs(const Program &program, const std::vector
                                 std::string(c10::toString(ticket.scalar_type())) + c10::str(ticket.sizes()));
   std::vector<at::Tensor> set = saved_sets().take(ticket.item<int64_t>());
   std::vector<at::Tensor> inputs(static_cast<size_t>(program.num_inputs));
-  std::vector<bool> filled(inputs.size(), false);
-  for (const auto &[input, position] : program.store_inputs) {
+  for (const auto &[input, position] : program.store_inputs.from_set) {
     if (position >= set.size())
       throw std::logic_error("the saved set holds " + std::to_string(set.size()) + " tensors, input " +
                              std::to_string(input) + " reads its tensor " + std::to_string(position));
     inputs[input] = set[position];
-    filled[input] = true;
   }
   set.clear();  // the program's slots are now the only holders: each is freed after its last reader
-  size_t next = 1;
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (!filled[i]) inputs[i] = given.at(next++);
+    if (program.store_inputs.given_index[i] >= 0) inputs[i] = given.at(program.store_inputs.given_index[i]);
   return inputs;
 }
 
@@ -672,16 +685,12 @@ std::vector<ms_ext::Shape> program_shapes(const char *entry, int *ndims, int64_t
     const int num_outputs = static_cast<int>(attrs.get<std::vector<int64_t>>("program_outputs").size());
     const ShapeExprs exprs(attrs.get<std::string>("program_out_shapes"), num_outputs);
     // Inputs from a saved set have no shape here: aot_ops keeps sets only where the output shapes do not read them.
-    const std::vector<int64_t> store = attrs.get<std::vector<int64_t>>("program_store_inputs", {});
-    std::vector<bool> from_store(static_cast<size_t>(num_inputs), false);
-    for (size_t k = 0; k < store.size(); k += 2)
-      if (store[k] >= 0 && store[k] < num_inputs) from_store[static_cast<size_t>(store[k])] = true;
-    const int given = store.empty() ? num_inputs : num_inputs - static_cast<int>(store.size() / 2) + 1;
-    const std::vector<ms_ext::Shape> given_shapes = ms_ext::detail::read_input_shapes(given, ndims, shapes);
+    const StoreInputs store(attrs, num_inputs);
+    const std::vector<ms_ext::Shape> given_shapes =
+        ms_ext::detail::read_input_shapes(store.mindspore_inputs(), ndims, shapes);
     std::vector<ms_ext::Shape> input_shapes;
-    size_t next = store.empty() ? 0 : 1;
-    for (int i = 0; i < num_inputs; ++i)
-      input_shapes.push_back(from_store[static_cast<size_t>(i)] ? ms_ext::Shape{} : given_shapes.at(next++));
+    for (int index : store.given_index)
+      input_shapes.push_back(index < 0 ? ms_ext::Shape{} : given_shapes.at(static_cast<size_t>(index)));
     out = exprs.evaluate(input_shapes);
     const int64_t kept_from = attrs.get<int64_t>("program_kept_from", -1);
     if (kept_from >= 0 && kept_from <= static_cast<int64_t>(out.size())) {

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/training_memory.py [--tokens 512] [--cases torch,value_and_grad,train_step]
                                                    [--checkpointing] [--layers 8] [--steps 3] [--plot F.png]
                                                    [--model llama|resnet50|llama-1b-lora] [--fuse true|compile]
-    .venv/bin/python benchmarks/training_memory.py --account [--tokens 512]   # what the forward saves, per tensor
+    .venv/bin/python benchmarks/training_memory.py --account [--model resnet50]  # what the forward saves, per tensor
 
 The model is a transformers Llama (8 layers, width 512, MLP 1376, 8 heads / 4 key-value heads, vocabulary 2000,
 eager attention, float32, random weights), batch 4 x --tokens tokens, its loss from `model(input_ids=ids,
@@ -182,7 +182,9 @@ class PhaseSampler:
         while not self._stop.wait(0.001):
             phase = self.phase
             if self._launches is not None:
-                launched = self._launches() - self._launches_at_start
+                # wait=False: waiting for PyNative's queue at each sample would synchronize the training thread
+                # (a port called operator by operator measured up to 2x slower observed than unobserved)
+                launched = self._launches(wait=False) - self._launches_at_start
                 phase = "step start" if launched == 0 else ("forward program" if launched % 2 else
                                                            "backward program and after")
             rss = status_bytes("VmRSS")
@@ -305,9 +307,9 @@ def run_case(case: str, model: str, layers: int, tokens: int, steps: int, checkp
             "phases_gb": {k: (v - start_rss) / 1e9 for k, v in phases.peaks.items()}}
 
 
-def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, int]:
+def saved_by_torch(model: str, layers: int, tokens: int, checkpointing: bool) -> dict[str, int]:
     """Bytes of the tensors eager autograd keeps for the backward, each storage once, by dtype and shape."""
-    wrapper, inputs = build("llama", layers, tokens, checkpointing)
+    wrapper, inputs = build(model, layers, tokens, checkpointing)
     seen, sizes = set(), {}
 
     def pack(t):
@@ -323,13 +325,13 @@ def saved_by_torch(layers: int, tokens: int, checkpointing: bool) -> dict[str, i
     return sizes
 
 
-def saved_by_partition(layers: int, tokens: int, checkpointing: bool, partition: str) -> dict[str, int]:
+def saved_by_partition(model: str, layers: int, tokens: int, checkpointing: bool, partition: str) -> dict[str, int]:
     """Bytes of the values the forward graph hands the backward graph when AOTAutograd partitions the exported
     graph with `partition` ("default": AOTAutograd's; "min_cut": torch.compile's, what
     a fused port uses, aot_ops/_port/programs/fused.py), by dtype and shape. These are the forward program's extra outputs in a fused port."""
     from functorch.compile import aot_module, default_partition, min_cut_rematerialization_partition
 
-    wrapper, inputs = build("llama", layers, tokens, checkpointing)
+    wrapper, inputs = build(model, layers, tokens, checkpointing)
     exported = torch.export.export(wrapper, inputs).module()
     partition_fn = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}[partition]
     sizes = {}
@@ -407,8 +409,8 @@ def main() -> None:
                                   args.autocast, args.weights, True if args.fuse == "true" else args.fuse)))
         return
     if args.account:
-        print(_table({"torch eager": saved_by_torch(args.layers, args.tokens, args.checkpointing),
-                      **{f"AOTAutograd {p}": saved_by_partition(args.layers, args.tokens, args.checkpointing, p)
+        print(_table({"torch eager": saved_by_torch(args.model, args.layers, args.tokens, args.checkpointing),
+                      **{f"AOTAutograd {p}": saved_by_partition(args.model, args.layers, args.tokens, args.checkpointing, p)
                          for p in ("default", "min_cut")}}))
         return
     subject = {"resnet50": "ResNet-50, batch 8 x 224 x 224",

@@ -49,9 +49,12 @@ def aten_launches() -> tuple[int, int]:
     return int(lib.aot_ops_aten_launches(0)), int(lib.aot_ops_aten_launches(1))
 
 
-def program_launches() -> int:
-    """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far."""
-    wait_for_queued_work()
+def program_launches(wait: bool = True) -> int:
+    """Launches of the program entry (from_torch's fuse=True: one per forward graph, one per backward) so far.
+    `wait=False`: the count now, without first waiting for PyNative's queued work, for a monitor on another
+    thread (waiting there would synchronize the training thread's queue at every read)."""
+    if wait:
+        wait_for_queued_work()
     return int(_bundled().aot_ops_program_launches())
 
 

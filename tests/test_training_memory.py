@@ -232,3 +232,33 @@ def test_a_set_whose_backward_never_runs_is_dropped_and_a_backward_without_its_s
         taking(*no_such_ticket, *others)[0].asnumpy()  # PyNative launches behind the caller: wait for it
     loss, _ = grad_fn(to_ms(x))  # the next gradient works
     assert np.isfinite(loss.asnumpy())
+
+
+@pytest.mark.parametrize("width, kept", [(4096, True), (256, False)], ids=["wide", "narrow"])
+def test_a_pynative_gradient_keeps_its_sets_where_saved_tensors_and_gradients_reach_the_threshold(width, kept):
+    """What a cell's ms.jit graphs would hold from call to call decides (saved_in_library.worth_keeping): a wide
+    layer saves a few kilobytes but its weight's gradient is 64 MiB, so it keeps its sets like a model saving that
+    much (a checkpointed model); a narrow one runs as one graph. The gradient is torch's either way."""
+    import mindspore as ms
+
+    from aot_ops._core.native_state import saved_sets
+    from aot_ops._port.programs.saved_in_library import MIN_KEPT_BYTES
+    from support import to_ms, to_torch
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 8)), torch.randn(2, width)
+    assert (width * width * 4 >= MIN_KEPT_BYTES) == kept and x.numel() * 4 * 4 < MIN_KEPT_BYTES
+    cell = aot_ops.from_torch(model, (x,), fuse=True, input_grads=False)
+    cell.set_train(True)
+    during = []
+
+    def loss_of(t):
+        out = cell(t)
+        during.append(saved_sets()["sets"])
+        return out.sum()
+
+    _, grads = ms.value_and_grad(loss_of, None, cell.trainable_params())(to_ms(x))
+    model(x).sum().backward()
+    assert during == [1 if kept else 0] and saved_sets()["sets"] == 0
+    for ours, parameter in zip(grads, model.parameters()):
+        torch.testing.assert_close(to_torch(ours), parameter.grad, rtol=1e-4, atol=1e-4)

@@ -11,7 +11,7 @@ their place, and the backward program takes the set of that ticket, freeing each
 torch's autograd does. MindSpore then holds the ticket.
 
 A ported cell runs the keeping variant where its backward is sure to follow and the memory matters: a PyNative
-training call recording a gradient whose saved tensors reach MIN_KEPT_BYTES (PortedCell.__call__). GRAPH_MODE,
+training call recording a gradient whose saved tensors and gradients reach MIN_KEPT_BYTES (PortedCell.__call__). GRAPH_MODE,
 `aot_ops.train_step`, a call outside a gradient and small models run the programs as before: a graph frees the
 saved outputs itself, a forward whose backward never runs must not leave a set behind, and a small step would pay
 PyNative's per-operator queues for memory nobody misses.
@@ -61,26 +61,35 @@ def wiring(fused) -> SavedInLibrary | None:
     return SavedInLibrary(kept_from, store)
 
 
-# Below this many bytes of saved tensors a step keeps them as MindSpore outputs and runs as one ms.jit graph: the
-# memory it would save is small, and a call operator by operator costs PyNative's queues (docs/performance.md).
+# Below this many bytes at stake a step keeps its saved tensors as MindSpore outputs and runs as one ms.jit graph:
+# the memory it would save is small, and a call operator by operator costs PyNative's queues (docs/performance.md).
 MIN_KEPT_BYTES = 64 << 20
 
 
 def worth_keeping(fused) -> bool:
-    """Whether a PyNative gradient of this mode should keep its saved tensors in the library: it can
-    (`wiring`), and they are big enough to matter (MIN_KEPT_BYTES; a size that depends on the inputs counts as
-    big)."""
+    """Whether a PyNative gradient of this mode should keep its saved tensors in the library: it can (`wiring`),
+    and the memory at stake is big enough to matter (MIN_KEPT_BYTES). At stake is what the cell's ms.jit graphs
+    hold from call to call: the forward's saved outputs and the backward's own outputs, the gradients (a
+    checkpointed model saves little but still has every weight's gradient). A size that depends on the inputs
+    counts as big."""
     wired = wiring(fused)
     if wired is None:
         return False
-    shapes = fused.forward.attrs["program_out_shapes"].split("|")
+    saved = _bytes(fused.forward.attrs["program_out_shapes"].split("|")[wired.kept_from:],
+                   fused.forward.out_dtypes[wired.kept_from:])
+    gradients = _bytes(fused.backward.attrs["program_out_shapes"].split("|"), fused.backward.out_dtypes)
+    return saved is None or gradients is None or saved + gradients >= MIN_KEPT_BYTES
+
+
+def _bytes(shapes: list[str], dtypes) -> int | None:
+    """Bytes of tensors of these program_out_shapes entries and dtypes; None where a size reads an input's."""
     total = 0
-    for shape, dtype in zip(shapes[wired.kept_from:], fused.forward.out_dtypes[wired.kept_from:]):
+    for shape, dtype in zip(shapes, dtypes):
         dims = shape.split(",") if shape else []
         if not all(d.isdigit() for d in dims):
-            return True
+            return None
         total += math.prod(int(d) for d in dims) * dtype.itemsize
-    return total >= MIN_KEPT_BYTES
+    return total
 
 
 def keeping_forward(forward: Program, wired: SavedInLibrary) -> Program:

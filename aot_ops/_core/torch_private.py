@@ -276,3 +276,42 @@ def set_checkpoint_entries(entries: tuple) -> None:
     import torch.utils.checkpoint as checkpoint
 
     checkpoint.CheckpointFunction, checkpoint._checkpoint_without_reentrant_generator_impl = entries
+
+
+def process_group_ranks(group_name: str) -> list[int]:
+    """The global ranks of the torch process group an exported `_c10d_functional` operator names by its string, in
+    the group's order (torch resolves the name through a private registry). Without it: a ported collective cannot
+    tell which MindSpore group it runs on (_port/read/collectives.py; tests/test_collectives.py)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return dist.get_process_group_ranks(_resolve_process_group(group_name))
+
+
+def init_fake_process_group(rank: int, world_size: int) -> None:
+    """torch.distributed initialised with torch's fake backend (its testing package): collectives are traced with
+    their groups and shapes but never communicate, which is all a port needs of torch on a MindSpore rank
+    (aot_ops.torch_process_group; tests/test_collectives.py)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+
+
+def functional_collectives():
+    """torch.distributed._functional_collectives: the collectives a traced module calls and torch.export keeps as
+    `_c10d_functional` operators (all_reduce, all_gather_tensor). Without it aot_ops.tensor_parallel has no way to
+    put a collective into a torch module (_port/tensor_parallel.py; tests/test_collectives.py)."""
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol
+
+
+def collective_name(target) -> str | None:
+    """The name of the functional collective ("all_reduce", "wait_tensor", ...) a node of an exported graph calls,
+    or None: torch.export records torch.distributed._functional_collectives' calls as operators of torch's private
+    `_c10d_functional` namespace. Without it a ported module's collectives are not recognised
+    (_port/read/collectives.py; tests/test_collectives.py)."""
+    if getattr(target, "namespace", None) != "_c10d_functional":
+        return None
+    return schema_of(target).name.split("::")[-1]

@@ -22,6 +22,7 @@ from ..errors import PortError
 from ..modes import Mode, constant_attribute, flat_twin_class, operators_attribute
 from ..programs.program_inputs import ProgramInput, SavedFrom, Source
 from ..programs.saved_in_library import wiring as saved_in_library
+from ..read.collectives import Collective
 from ..read.graph import Graph, Item, Operator
 from .module_tree import Structure
 
@@ -62,6 +63,8 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
            "from aot_ops import aten",
            "from aot_ops._port.cells.cell import PortedCell",
            "from aot_ops._port.cells.module_tree import OperatorSet",
+           *(["from aot_ops._port.distributed import CollectiveCell"]
+             if any(g.collectives for g in graphs.values()) else []),
            ""]
     cls = ["",
            f"class {class_name}(PortedCell):",
@@ -107,7 +110,12 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
                 out.append(f"        {Mode(mode).attribute}.inference = self.make_inference({mode!r}, "
                            f"{'_inference_bprop_' + mode if has_backward else 'None'})")
             continue
-        for op in graph.operators:
+        for op in graph.steps:
+            if isinstance(op, Collective):
+                out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_collective(op)}", "            "))
+                continue
+            if not isinstance(op, Operator):
+                continue
             where = f"{op.module} ({op.module_kind})" if op.module else "(root)"
             comment = f"# {where}: {op.source}" if op.source else f"# {where}"
             out.append(_clip("        " + comment))
@@ -217,13 +225,14 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward
     ops = f"self.{operators_attribute(mode)}"
     # An operator returning a list of one tensor (unbind over a size-1 dimension) gives the tensor itself, as every
     # one-output MindSpore operator does: its item is the result, not the result's first row.
-    bare = {step.name for step in graph.steps if not isinstance(step, Item) and step.num_outputs == 1}
+    bare = {step.name for step in graph.steps if isinstance(step, Operator) and step.num_outputs == 1}
     for step in graph.steps:
         if isinstance(step, Item):
             item = value(step.of) if step.of in bare else f"{value(step.of)}[{step.index}]"
             lines.append(f"        {step.name} = {item}")
         else:
-            args = ", ".join(value(v) for v in step.inputs + step.shape_inputs)
+            shape_inputs = step.shape_inputs if isinstance(step, Operator) else []
+            args = ", ".join(value(v) for v in step.inputs + shape_inputs)
             call = f"        {step.name} = {ops}.{step.name}({args})"
             lines.extend(_wrap(call, "            "))
     for key, name in graph.buffer_updates:
@@ -378,6 +387,13 @@ def _aten_op(op: Operator) -> str:
         # of keeping its result (in GRAPH_MODE: PyNative's autodiff of the cell's ms.jit graph ignores the mark)
         args.append("recompute=True")
     return f"aten.op({', '.join(args)})"
+
+
+def _collective(step: Collective) -> str:
+    """A MindSpore communication operator for a torch collective (distributed.py), named by where torch called it."""
+    where = f"{step.name} ({step.module or '(root)'}: {step.source})"
+    return (f"CollectiveCell({step.kind!r}, {step.ranks!r}, reduce_op={step.reduce_op!r}, src={step.src!r}, "
+            f"where={where!r})")
 
 
 def _literal(value: Any) -> str:

@@ -20,6 +20,12 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     traced (a Function's backward deciding on tensor values) leaves a module in evaluation mode ported for
     evaluation only: its plan then has no training graph, and the graph left is fused without a backward.
     `compile_inputs`: the input shapes compiled programs are made for (port's)."""
+    for use in plan.uses.values():
+        if use.graph.collectives:  # a program runs in one aot call: MindSpore's communication stands between
+            step = use.graph.collectives[0]
+            raise PortError(f"{type(model).__name__}: {step.name} ({step.source}) is torch's {step.kind}, which a "
+                            "fused program cannot hold; port with fuse=False, where it runs as MindSpore's "
+                            "communication operator")
     if plan.backward:
         cannot_train = _fused_with_backward(plan, model, trainable, input_grads, compile_programs)
         if cannot_train is not None:

@@ -25,6 +25,7 @@ from ..._core.dtypes import has_ms_name
 from ..._core.torch_private import OpOverload, schema_of
 from ..errors import SPLIT_ADVICE, PortError, describe, module_of, source_line
 from ..trace.checkpoints import region_of
+from .collectives import Collective, is_collective, is_wait, read_collective
 from ..trace.export import is_size, refusal
 
 
@@ -74,7 +75,7 @@ class Graph:
     inputs: list[UserInput]
     state: dict[str, str]                      # placeholder -> state_dict key (parameters and buffers)
     constants: dict[str, torch.Tensor]         # value name -> a tensor known now (lifted or folded constants)
-    steps: list[Operator | Item] = field(default_factory=list)
+    steps: list[Operator | Item | Collective] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)  # user outputs, in the order of `out_spec`'s leaves
     out_spec: Any = None
     buffer_updates: list[tuple[str, str]] = field(default_factory=list)  # (buffer key, value name)
@@ -82,6 +83,10 @@ class Graph:
     @property
     def operators(self) -> list[Operator]:
         return [s for s in self.steps if isinstance(s, Operator)]
+
+    @property
+    def collectives(self) -> list[Collective]:
+        return [s for s in self.steps if isinstance(s, Collective)]
 
     @property
     def dynamic(self) -> bool:
@@ -212,6 +217,12 @@ class _Reader:
         if isinstance(val, (torch.SymFloat, torch.SymBool, float, bool)):
             raise PortError(f"{describe(node)} computes a Python number from tensor values (data-dependent); "
                             "keep the computation in tensors")
+        if is_wait(target):  # a collective's result, ready when MindSpore's operator returns it
+            self.aliases[node.name] = self.value(node.args[0])
+            return
+        if is_collective(target):
+            self.graph.steps.append(read_collective(node, self.value(node.args[0])))
+            return
         why = refusal(node)
         if why is not None:
             hint = _HINTS.get(target, SPLIT_ADVICE if torch.Tag.dynamic_output_shape in target.tags else "")

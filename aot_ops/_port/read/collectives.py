@@ -1,0 +1,73 @@
+"""torch's functional collectives in an exported graph, read as MindSpore communication operators.
+
+A module written for `torch.distributed` calls `torch.distributed._functional_collectives` (Megatron-style tensor
+parallel layers do); torch.export keeps those calls as `_c10d_functional` operators naming their process group by
+a string, each followed by a `wait_tensor` (docs/distributed.md). The reader turns each into a Collective step, the
+group resolved to its ranks while the module is traced (torch's process group, aot_ops.torch_process_group()), and
+every `wait_tensor` into its input: MindSpore's communication operators return their result when it is ready.
+The cell runs a Collective with MindSpore's operator on MindSpore's group of those ranks (cells/collectives.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..._core.torch_private import collective_name, process_group_ranks
+from ..errors import PortError, describe, module_of, source_line
+
+# torch's reductions that MindSpore's AllReduce has ("avg": a sum divided by the group's size)
+REDUCE_OPS = ("sum", "avg", "product", "min", "max")
+
+
+@dataclass
+class Collective:
+    """`name = <kind>(input)` over the ranks of a torch process group."""
+
+    name: str
+    kind: str                  # "all_reduce", "all_gather_into_tensor", "broadcast"
+    inputs: list[str]          # the one tensor it is called with
+    ranks: tuple[int, ...]     # the torch group's ranks, in its order
+    reduce_op: str | None      # all_reduce: one of REDUCE_OPS
+    src: int | None            # broadcast: the group rank whose tensor every rank receives
+    module: str
+    source: str
+
+
+def is_wait(target) -> bool:
+    return collective_name(target) == "wait_tensor"
+
+
+def is_collective(target) -> bool:
+    return collective_name(target) not in (None, "wait_tensor")
+
+
+def read_collective(node: torch.fx.Node, input_name: str) -> Collective:
+    """The Collective of a `_c10d_functional` node (not wait_tensor), or a PortError naming what cannot run."""
+    name = collective_name(node.target)
+    args = node.args
+    path, _kind = module_of(node)
+    common = dict(name=node.name, inputs=[input_name], module=path, source=source_line(node, short=True))
+    if name == "all_reduce":
+        reduce_op = str(args[1]).lower()
+        if reduce_op not in REDUCE_OPS:
+            raise PortError(f"{describe(node)}: all_reduce with '{args[1]}' has no MindSpore AllReduce; "
+                            f"the reductions bridged are {', '.join(REDUCE_OPS)}")
+        return Collective(kind=name, ranks=_ranks(node, args[2]), reduce_op=reduce_op, src=None, **common)
+    if name == "all_gather_into_tensor":
+        ranks = _ranks(node, args[2])
+        if int(args[1]) != len(ranks):
+            raise PortError(f"{describe(node)}: all_gather over {args[1]} ranks of a group of {len(ranks)}")
+        return Collective(kind=name, ranks=ranks, reduce_op=None, src=None, **common)
+    if name == "broadcast":
+        return Collective(kind=name, ranks=_ranks(node, args[2]), reduce_op=None, src=int(args[1]), **common)
+    raise PortError(f"{describe(node)}: the collective {name} is not bridged (MindSpore's CPU backend has no "
+                    "ReduceScatter or AlltoAll kernel; all_reduce, all_gather_into_tensor and broadcast are)")
+
+
+def _ranks(node: torch.fx.Node, group_name) -> tuple[int, ...]:
+    try:
+        return tuple(process_group_ranks(str(group_name)))
+    except Exception as exc:  # torch names an unknown group in a ValueError or RuntimeError
+        raise PortError(f"{describe(node)}: its process group '{group_name}' is not known to torch.distributed "
+                        f"here ({exc}); trace the module on a rank of the job (aot_ops.torch_process_group())") from exc

@@ -1,0 +1,127 @@
+"""Run by tests/test_collectives.py on each rank of an msrun job: a tensor-parallel MLP written with torch's
+functional collectives, ported on every rank, against the same MLP unsharded in torch; results to --out."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import mindspore as ms
+import torch
+import torch.distributed._functional_collectives as funcol
+from torch import nn
+
+import aot_ops
+
+
+class TensorParallelMlp(nn.Module):
+    """Megatron's pair: a column-parallel linear (this rank's rows of the first weight), then a row-parallel one
+    (this rank's columns of the second) whose partial products are summed over the ranks; then the other
+    collectives bridged, each on the whole group."""
+
+    def __init__(self, first: nn.Linear, second: nn.Linear, rank: int, size: int):
+        super().__init__()
+        hidden = first.out_features // size
+        rows = slice(rank * hidden, (rank + 1) * hidden)
+        self.up = nn.Linear(first.in_features, hidden)
+        self.down = nn.Linear(hidden, second.out_features, bias=False)
+        with torch.no_grad():
+            self.up.weight.copy_(first.weight[rows])
+            self.up.bias.copy_(first.bias[rows])
+            self.down.weight.copy_(second.weight[:, rows])
+        self.bias = nn.Parameter(second.bias.detach().clone())
+        self.group = list(range(size))
+
+    def forward(self, x):
+        partial = self.down(torch.relu(self.up(x)))
+        y = funcol.all_reduce(partial, "sum", self.group) + self.bias
+        mean = funcol.all_reduce(y, "avg", self.group)     # equal on every rank: their mean is y
+        largest = funcol.all_reduce(partial, "max", self.group)  # MindSpore's CPU AllReduce sums these
+        smallest = funcol.all_reduce(partial, "min", self.group)
+        product = funcol.all_reduce(partial, "product", self.group)
+        gathered = funcol.all_gather_tensor(partial, 0, self.group)  # every rank's partial product, rank by rank
+        from_last = funcol.broadcast(partial, len(self.group) - 1, self.group)
+        return y, mean, largest, smallest, product, gathered, from_last
+
+
+class Scattering(nn.Module):
+    def __init__(self, size: int):
+        super().__init__()
+        self.group = list(range(size))
+
+    def forward(self, x):
+        return funcol.reduce_scatter_tensor(x, "sum", 0, self.group)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    rank, size = aot_ops.torch_process_group()
+    torch.manual_seed(0)  # the same whole layers on every rank
+    first, second, x = nn.Linear(16, 32), nn.Linear(32, 8), torch.randn(4, 16)
+    module = TensorParallelMlp(first, second, rank, size).eval()
+    partials = [TensorParallelMlp(first, second, r, size).down(torch.relu(TensorParallelMlp(
+        first, second, r, size).up(x))) for r in range(size)]
+    whole = second(torch.relu(first(x)))
+    each = torch.stack(partials)
+    expected = [whole, whole, each.amax(0), each.amin(0), each.prod(0), torch.cat(partials), partials[-1]]
+    result = {"rank": rank, "size": size}
+    cell = aot_ops.from_torch(module, (x,))
+    outputs = cell(ms.Tensor(x.numpy()))
+    result["errors"] = [float((torch.from_numpy(o.asnumpy()) - e).abs().max()) for o, e in zip(outputs, expected)]
+    result["shapes"] = [list(o.shape) for o in outputs]
+    try:  # torch's functional collectives have no gradient: neither has the port (a named error, not a wrong one)
+        ms.grad(lambda t: cell(t)[0].sum())(ms.Tensor(x.numpy()))
+        result["gradient"] = "computed"
+    except RuntimeError as exc:
+        result["gradient"] = str(exc)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    graph_outputs = cell(ms.Tensor(x.numpy()))
+    result["graph_errors"] = [float((torch.from_numpy(o.asnumpy()) - e).abs().max())
+                              for o, e in zip(graph_outputs, expected)]
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    result["expected_shapes"] = [list(e.shape) for e in expected]
+    try:
+        aot_ops.from_torch(module, (x,), fuse=True)
+        result["fused"] = "ported"
+    except aot_ops.PortError as exc:
+        result["fused"] = str(exc)
+    scattering = Scattering(size).eval()
+    try:
+        aot_ops.from_torch(scattering, (torch.randn(4, 8),))
+        result["reduce_scatter"] = "ported"
+    except aot_ops.PortError as exc:
+        result["reduce_scatter"] = str(exc)
+    result.update(tensor_parallel_llama())
+    Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def tensor_parallel_llama() -> dict:
+    """A small transformers Llama split by its own plan (aot_ops.tensor_parallel) and ported on this rank, against
+    the whole model's logits in torch."""
+    import copy
+
+    import transformers
+
+    from aot_ops._port.distributed import CollectiveCell
+
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
+    torch.manual_seed(0)
+    whole = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(1))
+    expected = whole(input_ids=ids, use_cache=False).logits
+    sharded = aot_ops.tensor_parallel(copy.deepcopy(whole))
+    cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False})
+    logits = torch.from_numpy(cell(input_ids=ms.Tensor(ids.numpy())).logits.asnumpy())
+    collectives = [c.kind for _, c in cell.cells_and_names() if isinstance(c, CollectiveCell)]
+    return {"llama_error": float((logits - expected).abs().max() / expected.abs().max()),
+            "llama_collectives": collectives,
+            "llama_parameters": sum(p.size for p in cell.get_parameters()),
+            "llama_whole_parameters": sum(p.numel() for p in whole.parameters())}
+
+
+if __name__ == "__main__":
+    main()

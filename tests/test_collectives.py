@@ -1,0 +1,64 @@
+"""torch's functional collectives in a ported module, run by MindSpore's communication under msrun (2 CPU workers):
+one job checks the collectives bridged, each rank against the same network unsharded in torch."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import REPO
+from test_data_parallel import free_port
+
+pytestmark = pytest.mark.slow  # two workers under msrun
+
+CASES = REPO / "tests" / "collective_cases.py"
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("collectives")
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")  # msrun runs `python`
+    launched = subprocess.run(
+        [str(bin_dir / "msrun"), "--worker_num=2", "--local_worker_num=2", f"--master_port={free_port()}",
+         f"--log_dir={out / 'logs'}", "--join=True", str(CASES), "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=600, cwd=out)  # workers write rank_<n>/ here
+    logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("worker_*.log")))
+    assert launched.returncode == 0, logs
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_a_tensor_parallel_mlp_with_torch_collectives_gives_the_unsharded_result_on_every_rank(ranks):
+    """all_reduce (sum, avg, max), all_gather_into_tensor and broadcast, each a MindSpore operator on the job's
+    group: a column- then row-parallel MLP sums to the whole MLP's output on each rank."""
+    for rank, result in enumerate(ranks):
+        assert (result["rank"], result["size"]) == (rank, 2)
+        assert result["shapes"] == result["expected_shapes"]
+        assert max(result["errors"]) < 1e-5, result["errors"]  # PyNative
+        assert max(result["graph_errors"]) < 1e-5, result["graph_errors"]  # GRAPH_MODE
+
+
+def test_a_fused_port_of_a_collective_and_a_collective_not_bridged_are_refused_by_name(ranks):
+    for result in ranks:
+        assert "all_reduce" in result["fused"] and "fuse=False" in result["fused"], result["fused"]
+        assert "the collective reduce_scatter_tensor is not bridged" in result["reduce_scatter"], \
+            result["reduce_scatter"]
+
+
+def test_a_gradient_through_a_collective_is_refused_by_name(ranks):
+    for result in ranks:
+        assert "gradient through torch's all_reduce is not bridged" in result["gradient"], result["gradient"]
+
+
+def test_a_transformers_llama_split_by_its_own_plan_gives_the_whole_models_logits_on_every_rank(ranks):
+    """aot_ops.tensor_parallel: the attention and MLP split by the model's base_model_tp_plan, the LM head by
+    vocabulary (its logits gathered); per layer two all-reduces (the output and down projections), as the plan
+    says, then one all-gather."""
+    for result in ranks:
+        assert result["llama_error"] < 1e-5, result["llama_error"]
+        assert result["llama_collectives"] == ["all_reduce"] * 5 + ["all_gather_into_tensor"]
+        assert result["llama_parameters"] < 0.51 * result["llama_whole_parameters"]  # norms replicated

@@ -110,6 +110,8 @@ _LAZY = {
     "SplitPort": ("._port.split", "SplitPort"),
     "PortedLM": ("._port.lm.kv_cache", "PortedLM"),
     "train_step": ("._core.train_step", "train_step"),
+    "torch_process_group": ("._port.distributed", "torch_process_group"),
+    "tensor_parallel": ("._port.tensor_parallel", "tensor_parallel"),
     "zoo": (".tools.zoo", None),
 }
 

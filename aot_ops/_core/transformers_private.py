@@ -29,3 +29,12 @@ def attention_implementation(config: Any) -> Any:
     built, and left out of config.to_dict(). Without it a port plan kept for one attention would be taken for a
     model running another (_port/plan_cache.py; tests/test_pretrained.py)."""
     return config._attn_implementation
+
+
+def tensor_parallel_plan(model: Any) -> dict[str, str]:
+    """The model's whole tensor-parallel plan, module path patterns from the model's root to styles ("colwise",
+    "rowwise", "embedding_rowwise", "colwise_gather_output"): transformers builds it when the model is built, from
+    the base model's `config.base_model_tp_plan` under its prefix and the head's class plan. {} for a model with
+    none. Without it aot_ops.tensor_parallel would rebuild that merge itself (_port/tensor_parallel.py;
+    tests/test_collectives.py)."""
+    return dict(getattr(model, "_tp_plan", None) or {})

@@ -1,0 +1,164 @@
+"""A transformers model split over the ranks of a MindSpore job by its own tensor-parallel plan.
+
+transformers ships a plan with every decoder (`config.base_model_tp_plan`, and the LM head's in the model class's
+`_tp_plan`): the query/key/value and gate/up projections "colwise" (each rank computes its own output features:
+its heads, its slice of the MLP), the output and down projections "rowwise" (each rank multiplies its slice of the
+input features; the partial products are summed over the ranks), the LM head "colwise_gather_output" (each rank
+its slice of the vocabulary, the logits gathered). `shard_by_plan` applies that plan to the model in place on this
+rank: each linear keeps only its rank's slice of the weight, and a rowwise layer sums over the ranks with torch's
+functional all_reduce, which the port runs as MindSpore's AllReduce (distributed.py). The attention needs no change:
+transformers' attention views its projections with -1 heads, and the query and key/value heads are split alike, so
+each rank's groups of grouped-query attention stay whole. Embeddings and norms stay replicated (their memory is the
+vocabulary times the width once, and an embedding split by vocabulary would need a masked lookup and an all-reduce
+per call). docs/distributed.md.
+"""
+from __future__ import annotations
+
+import fnmatch
+
+import torch
+from torch import nn
+
+from .._core.torch_private import functional_collectives
+from .._core.transformers_private import tensor_parallel_plan
+from .errors import PortError
+
+PLAN_STYLES = ("colwise", "rowwise", "colwise_gather_output", "embedding_rowwise")
+
+
+class RowParallelLinear(nn.Module):
+    """This rank's input features of a linear layer; the partial products summed over the ranks, then the bias
+    (added once). Its weight and bias keep the names of the layer it replaces."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int]):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
+        self.ranks = ranks
+
+    def forward(self, x):
+        out = functional_collectives().all_reduce(nn.functional.linear(x, self.weight), "sum", self.ranks)
+        return out if self.bias is None else out + self.bias
+
+
+class ColumnParallelGathered(nn.Module):
+    """This rank's output features of a linear layer, gathered from every rank along the last dimension (the LM
+    head's logits over the whole vocabulary)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int]):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
+        self.ranks = ranks
+
+    def forward(self, x):
+        return functional_collectives().all_gather_tensor(nn.functional.linear(x, self.weight, self.bias), -1,
+                                                          self.ranks)
+
+
+class VocabParallelEmbedding(nn.Module):
+    """This rank's rows of an embedding (a slice of the vocabulary): each rank looks up the ids it holds, zeros
+    elsewhere, and the rows are summed over the ranks, so every id's row comes from the one rank that has it."""
+
+    def __init__(self, weight: torch.Tensor, start: int, ranks: list[int]):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
+        self.start, self.ranks = start, ranks
+
+    def forward(self, ids):
+        local = ids - self.start
+        held = (local >= 0) & (local < self.weight.shape[0])
+        rows = nn.functional.embedding(local.clamp(0, self.weight.shape[0] - 1), self.weight)
+        return functional_collectives().all_reduce(rows * held.unsqueeze(-1).to(rows.dtype), "sum", self.ranks)
+
+
+def tensor_parallel(model: nn.Module, plan: dict[str, str] | None = None) -> nn.Module:
+    """`model` split in place over the ranks of this MindSpore job (msrun) by its tensor-parallel plan
+    (shard_by_plan), torch.distributed set up for tracing it (distributed.torch_process_group). Port it with
+    from_torch on every rank."""
+    from .distributed import torch_process_group
+
+    rank, size = torch_process_group()
+    return shard_by_plan(model, rank, size, plan)
+
+
+def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] | None = None) -> nn.Module:
+    """Splits `model`'s linear layers over `size` ranks in place, keeping rank `rank`'s slices (plan: module path
+    patterns, `*` for a layer number, to a style of PLAN_STYLES; default the model's own, as transformers builds it). Every
+    matched layer must divide by `size`, and so must the attention's key/value heads; a pattern matching nothing
+    or a style not in PLAN_STYLES is named. Returns the model."""
+    plan = tensor_parallel_plan(model) if plan is None else plan
+    if not plan:
+        raise PortError(f"{type(model).__name__} has no tensor-parallel plan of its own (transformers gives one with "
+                        "config.base_model_tp_plan); pass plan={'module.path.*': style}")
+    for pattern, style in plan.items():
+        if style not in PLAN_STYLES:
+            raise PortError(f"tensor-parallel plan: '{pattern}' is '{style}'; the styles bridged are "
+                            f"{', '.join(PLAN_STYLES)}")
+    _check_heads(model, size)
+    ranks = list(range(size))
+    matched = {pattern: 0 for pattern in plan}
+    for path, module in list(model.named_modules()):
+        pattern = next((p for p in plan if fnmatch.fnmatchcase(path, p)), None)
+        if pattern is None:
+            continue
+        matched[pattern] += 1
+        style = plan[pattern]
+        wanted = nn.Embedding if style == "embedding_rowwise" else nn.Linear
+        if not isinstance(module, wanted):
+            raise PortError(f"tensor-parallel plan: {path} is a {type(module).__name__}, which '{style}' cannot "
+                            f"split (it splits {wanted.__name__} layers)")
+        _replace(model, path, _sharded(path, module, style, rank, size, ranks))
+    missing = [p for p, n in matched.items() if n == 0]
+    if missing:
+        raise PortError(f"tensor-parallel plan: no module of {type(model).__name__} matches {missing}")
+    return model
+
+
+def _check_heads(model: nn.Module, size: int) -> None:
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if heads is not None and (heads % size or kv_heads % size):
+        raise PortError(f"{type(model).__name__}: {heads} attention heads and {kv_heads} key/value heads do not "
+                        f"split over {size} ranks (both must divide by it)")
+
+
+def _sharded(path: str, layer: nn.Module, style: str, rank: int, size: int, ranks: list[int]) -> nn.Module:
+    if style == "embedding_rowwise":
+        rows = layer.weight.shape[0]
+        if rows % size:
+            raise PortError(f"tensor-parallel plan: {path} has {rows} rows, which do not split over {size} ranks")
+        start = rank * rows // size
+        with torch.no_grad():
+            weight = layer.weight[start:start + rows // size].clone().requires_grad_(layer.weight.requires_grad)
+        return VocabParallelEmbedding(weight, start, ranks)
+    dim = 1 if style == "rowwise" else 0  # rowwise: the input features (the weight's columns)
+    features = layer.weight.shape[dim]
+    if features % size:
+        raise PortError(f"tensor-parallel plan: {path} has {features} {'input' if dim else 'output'} features, "
+                        f"which do not split over {size} ranks")
+    part = slice(rank * features // size, (rank + 1) * features // size)
+    with torch.no_grad():
+        weight = (layer.weight[:, part] if dim else layer.weight[part]).clone()
+        weight.requires_grad_(layer.weight.requires_grad)
+        bias = layer.bias
+        if bias is not None and style != "rowwise":
+            bias = bias[part].clone().requires_grad_(layer.bias.requires_grad)
+        elif bias is not None:
+            bias = bias.detach().clone().requires_grad_(layer.bias.requires_grad)
+    if style == "rowwise":
+        return RowParallelLinear(weight, bias, ranks)
+    if style == "colwise_gather_output":
+        return ColumnParallelGathered(weight, bias, ranks)
+    sharded = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype,
+                        device=weight.device)
+    sharded.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
+    if bias is not None:
+        sharded.bias = nn.Parameter(bias, requires_grad=bias.requires_grad)
+    return sharded
+
+
+def _replace(model: nn.Module, path: str, new: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, new)

@@ -100,12 +100,14 @@ def main() -> None:
 
 def tensor_parallel_llama() -> dict:
     """A small transformers Llama split by its own plan (aot_ops.tensor_parallel) and ported on this rank, against
-    the whole model's logits in torch."""
+    the whole model in torch: its logits, then three SGD steps of training (losses and the first step's gradients,
+    each rank's slice against the same slice of the whole model's)."""
     import copy
 
     import transformers
 
-    from aot_ops._port.distributed import CollectiveCell
+    from aot_ops._port.distributed import CollectiveCell, CopyCell, GatherCell, ReduceCell
+    from aot_ops._port.tensor_parallel import ColumnParallelGathered, ColumnParallelLinear, RowParallelLinear
 
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
@@ -116,11 +118,61 @@ def tensor_parallel_llama() -> dict:
     sharded = aot_ops.tensor_parallel(copy.deepcopy(whole))
     cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False})
     logits = torch.from_numpy(cell(input_ids=ms.Tensor(ids.numpy())).logits.asnumpy())
-    collectives = [c.kind for _, c in cell.cells_and_names() if isinstance(c, CollectiveCell)]
-    return {"llama_error": float((logits - expected).abs().max() / expected.abs().max()),
-            "llama_collectives": collectives,
-            "llama_parameters": sum(p.size for p in cell.get_parameters()),
-            "llama_whole_parameters": sum(p.numel() for p in whole.parameters())}
+    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather", CollectiveCell: "functional"}
+    collectives = [kinds[type(c)] for _, c in cell.cells_and_names() if type(c) in kinds]
+    result = {"llama_error": float((logits - expected).abs().max() / expected.abs().max()),
+              "llama_collectives": collectives,
+              "llama_parameters": sum(p.size for p in cell.get_parameters()),
+              "llama_whole_parameters": sum(p.numel() for p in whole.parameters())}
+
+    class Loss(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+
+    whole_loss, sharded_loss = Loss(copy.deepcopy(whole)).train(), Loss(sharded).train()
+    training = aot_ops.from_torch(sharded_loss, (ids,), input_grads=False)
+    training.set_train(True)
+    params = training.trainable_params()
+    grad_fn, optimizer = ms.value_and_grad(training, None, params), ms.nn.SGD(params, learning_rate=0.5)
+    torch_optimizer = torch.optim.SGD(whole_loss.parameters(), lr=0.5)
+    modules = dict(sharded_loss.named_modules())
+    losses, gradient_errors = [], {}
+    for step in range(3):
+        loss, grads = grad_fn(ms.Tensor(ids.numpy()))
+        torch_optimizer.zero_grad()
+        torch_loss = whole_loss(ids)
+        torch_loss.backward()
+        losses.append([float(loss.asnumpy()), float(torch_loss)])
+        if step == 0:
+            whole_grads = {n: p.grad for n, p in whole_loss.named_parameters()}
+            for param, grad in zip(params, grads):
+                owner, _, leaf = param.name.rpartition(".")
+                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf, ColumnParallelLinear,
+                                   ColumnParallelGathered, RowParallelLinear)
+                ours = torch.from_numpy(grad.asnumpy())
+                gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
+        optimizer(grads)
+        torch_optimizer.step()
+    result.update(llama_losses=losses, llama_gradient_errors=gradient_errors)
+    return result
+
+
+def _slice_of(whole: torch.Tensor, module: nn.Module, leaf: str, *kinds) -> torch.Tensor:
+    """This rank's part of a whole model's tensor, as aot_ops.tensor_parallel split `module`'s `leaf`."""
+    from aot_ops._port.tensor_parallel import RowParallelLinear, VocabParallelEmbedding
+
+    from mindspore.communication import get_group_size, get_rank
+
+    rank, size = get_rank(), get_group_size()
+    if isinstance(module, RowParallelLinear) and leaf == "weight":
+        return whole.chunk(size, 1)[rank]
+    if isinstance(module, (VocabParallelEmbedding, *kinds)) and not isinstance(module, RowParallelLinear):
+        return whole.chunk(size, 0)[rank]
+    return whole  # replicated: norms, a row-parallel layer's bias
 
 
 if __name__ == "__main__":

@@ -45,26 +45,43 @@ _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.Redu
            "min": ops.ReduceOp.MIN, "max": ops.ReduceOp.MAX}
 
 
+def _world_group(kind: str, ranks, where: str) -> tuple[str, int]:
+    """MindSpore's group for a collective traced over torch's `ranks`, and its size: the job's world group, which
+    must be those ranks in order."""
+    from mindspore.communication import GlobalComm
+
+    _rank, size = _mindspore_rank_and_size()
+    if tuple(ranks) != tuple(range(size)):
+        raise PortError(f"{where}: {kind} over torch ranks {list(ranks)}, but this MindSpore job has {size} "
+                        f"ranks; a ported collective runs over the whole job, its ranks in order "
+                        "(sub-groups are not bridged)")
+    return GlobalComm.WORLD_COMM_GROUP, size
+
+
+def collective_cell(kind: str, ranks: tuple, reduce_op: str | None = None, src: int | None = None,
+                    where: str = "") -> ms.nn.Cell:
+    """The cell running one collective of a ported graph (read/collectives.py's kinds): torch's functional
+    collectives (CollectiveCell) or a tensor-parallel region (parallel_regions.py: ReduceCell, CopyCell,
+    GatherCell)."""
+    regions = {"tp_reduce": ReduceCell, "tp_copy": CopyCell, "tp_gather": GatherCell}
+    if kind in regions:
+        return regions[kind](ranks, src, where)
+    return CollectiveCell(kind, ranks, reduce_op, src, where)
+
+
 class CollectiveCell(ms.nn.Cell):
-    """One collective of a ported graph: MindSpore's operator on the world group, checked against the torch group
-    it was traced with. Its gradient is refused with a named error: torch's functional collectives have no
-    autograd formula either (tensor-parallel layers pair them in autograd Functions of their own)."""
+    """One of torch's functional collectives: MindSpore's operator on the world group. Its gradient is refused with
+    a named error: torch's functional collectives have no autograd formula either (tensor-parallel layers pair them
+    with their gradients: parallel_regions.py)."""
 
     def __init__(self, kind: str, ranks: tuple, reduce_op: str | None = None, src: int | None = None,
                  where: str = ""):
         super().__init__()
-        from mindspore.communication import GlobalComm
-
         self.kind = kind
         self.no_gradient = (f"{where}: a gradient through torch's {kind} is not bridged (torch's functional "
                             "collectives have no autograd formula; tensor-parallel layers wrap them in autograd "
                             "Functions)")
-        rank, size = _mindspore_rank_and_size()
-        if tuple(ranks) != tuple(range(size)):
-            raise PortError(f"{where}: {kind} over torch ranks {list(ranks)}, but this MindSpore job has {size} "
-                            f"ranks; a ported collective runs over the whole job, its ranks in order "
-                            "(sub-groups are not bridged)")
-        group = GlobalComm.WORLD_COMM_GROUP
+        group, size = _world_group(kind, ranks, where)
         self.size = size
         self.scale = 1.0 / size if reduce_op == "avg" else None
         # MindSpore 2.10's CPU AllReduce sums whatever reduction it is given (docs/distributed.md): there, the other
@@ -99,3 +116,55 @@ class CollectiveCell(ms.nn.Cell):
 
     def bprop(self, x, out, dout):
         raise RuntimeError(self.no_gradient)  # compiled with the graph: a builtin exception, its text made before
+
+
+class ReduceCell(ms.nn.Cell):
+    """A row-parallel layer's end (parallel_regions.reduce): the ranks' partial products summed; the gradient
+    passed back as it is."""
+
+    def __init__(self, ranks: tuple, _rank: int | None = None, where: str = ""):
+        super().__init__()
+        group, _size = _world_group("reduce", ranks, where)
+        self.op = ops.AllReduce(ops.ReduceOp.SUM, group)
+
+    def construct(self, x):
+        return self.op(x)
+
+    def bprop(self, x, out, dout):
+        return (dout,)
+
+
+class CopyCell(ms.nn.Cell):
+    """A column-parallel layer's start (parallel_regions.copy): the input as it is; the gradient summed over the
+    ranks, each of which sent back its slice's part."""
+
+    def __init__(self, ranks: tuple, _rank: int | None = None, where: str = ""):
+        super().__init__()
+        group, _size = _world_group("copy", ranks, where)
+        self.op = ops.AllReduce(ops.ReduceOp.SUM, group)
+
+    def construct(self, x):
+        return x
+
+    def bprop(self, x, out, dout):
+        return (self.op(dout),)
+
+
+class GatherCell(ms.nn.Cell):
+    """A column-parallel output needed whole (parallel_regions.gather): the ranks' slices of the last dimension
+    put together (MindSpore's AllGather stacks them along the first); the gradient, this rank's slice."""
+
+    def __init__(self, ranks: tuple, rank: int, where: str = ""):
+        super().__init__()
+        group, self.size = _world_group("gather", ranks, where)
+        self.position = list(ranks).index(rank)
+        self.op = ops.AllGather(group)
+
+    def construct(self, x):
+        stacked = self.op(x).reshape((self.size,) + x.shape)              # rank, ..., slice
+        moved = ops.moveaxis(stacked, 0, -2)                               # ..., rank, slice
+        return moved.reshape(x.shape[:-1] + (self.size * x.shape[-1],))
+
+    def bprop(self, x, out, dout):
+        width = x.shape[-1]
+        return (dout[..., self.position * width:(self.position + 1) * width],)

@@ -5,12 +5,13 @@ transformers ships a plan with every decoder (`config.base_model_tp_plan`, and t
 its heads, its slice of the MLP), the output and down projections "rowwise" (each rank multiplies its slice of the
 input features; the partial products are summed over the ranks), the LM head "colwise_gather_output" (each rank
 its slice of the vocabulary, the logits gathered). `shard_by_plan` applies that plan to the model in place on this
-rank: each linear keeps only its rank's slice of the weight, and a rowwise layer sums over the ranks with torch's
-functional all_reduce, which the port runs as MindSpore's AllReduce (distributed.py). The attention needs no change:
-transformers' attention views its projections with -1 heads, and the query and key/value heads are split alike, so
-each rank's groups of grouped-query attention stay whole. Embeddings and norms stay replicated (their memory is the
-vocabulary times the width once, and an embedding split by vocabulary would need a masked lookup and an all-reduce
-per call). docs/distributed.md.
+rank: each layer keeps only its rank's slice of the weight, and the layers meet through the three tensor-parallel
+regions (parallel_regions.py: a column-parallel layer's input copied, its gradient summed over the ranks; a
+row-parallel layer's partial products summed, its gradient passed as it is; the logits gathered, their gradient
+sliced), which the port runs as MindSpore's AllReduce and AllGather with those gradients (distributed.py): the split
+model evaluates and trains. The attention needs no change: transformers' attention views its projections with -1
+heads, and the query and key/value heads are split alike, so each rank's groups of grouped-query attention stay
+whole. Norms stay replicated. docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import fnmatch
 import torch
 from torch import nn
 
-from .._core.torch_private import functional_collectives
 from .._core.transformers_private import tensor_parallel_plan
 from .errors import PortError
+from .parallel_regions import copy, gather, reduce
 
 PLAN_STYLES = ("colwise", "rowwise", "colwise_gather_output", "embedding_rowwise")
 
@@ -37,13 +38,27 @@ class RowParallelLinear(nn.Module):
         self.ranks = ranks
 
     def forward(self, x):
-        out = functional_collectives().all_reduce(nn.functional.linear(x, self.weight), "sum", self.ranks)
+        out = reduce(nn.functional.linear(x, self.weight), self.ranks)
         return out if self.bias is None else out + self.bias
 
 
 class ColumnParallelGathered(nn.Module):
     """This rank's output features of a linear layer, gathered from every rank along the last dimension (the LM
     head's logits over the whole vocabulary)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
+        self.ranks, self.rank = ranks, rank
+
+    def forward(self, x):
+        return gather(nn.functional.linear(copy(x, self.ranks), self.weight, self.bias), self.ranks, self.rank)
+
+
+class ColumnParallelLinear(nn.Module):
+    """This rank's output features of a linear layer (its heads, its slice of an MLP); the input's gradient summed
+    over the ranks, each of which has its part."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int]):
         super().__init__()
@@ -52,8 +67,7 @@ class ColumnParallelGathered(nn.Module):
         self.ranks = ranks
 
     def forward(self, x):
-        return functional_collectives().all_gather_tensor(nn.functional.linear(x, self.weight, self.bias), -1,
-                                                          self.ranks)
+        return nn.functional.linear(copy(x, self.ranks), self.weight, self.bias)
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -69,7 +83,7 @@ class VocabParallelEmbedding(nn.Module):
         local = ids - self.start
         held = (local >= 0) & (local < self.weight.shape[0])
         rows = nn.functional.embedding(local.clamp(0, self.weight.shape[0] - 1), self.weight)
-        return functional_collectives().all_reduce(rows * held.unsqueeze(-1).to(rows.dtype), "sum", self.ranks)
+        return reduce(rows * held.unsqueeze(-1).to(rows.dtype), self.ranks)
 
 
 def tensor_parallel(model: nn.Module, plan: dict[str, str] | None = None) -> nn.Module:
@@ -150,13 +164,8 @@ def _sharded(path: str, layer: nn.Module, style: str, rank: int, size: int, rank
     if style == "rowwise":
         return RowParallelLinear(weight, bias, ranks)
     if style == "colwise_gather_output":
-        return ColumnParallelGathered(weight, bias, ranks)
-    sharded = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype,
-                        device=weight.device)
-    sharded.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
-    if bias is not None:
-        sharded.bias = nn.Parameter(bias, requires_grad=bias.requires_grad)
-    return sharded
+        return ColumnParallelGathered(weight, bias, ranks, rank)
+    return ColumnParallelLinear(weight, bias, ranks)
 
 
 def _replace(model: nn.Module, path: str, new: nn.Module) -> None:

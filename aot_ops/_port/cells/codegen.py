@@ -63,7 +63,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
            "from aot_ops import aten",
            "from aot_ops._port.cells.cell import PortedCell",
            "from aot_ops._port.cells.module_tree import OperatorSet",
-           *(["from aot_ops._port.distributed import CollectiveCell"]
+           *(["from aot_ops._port.distributed import collective_cell"]
              if any(g.collectives for g in graphs.values()) else []),
            ""]
     cls = ["",
@@ -392,7 +392,7 @@ def _aten_op(op: Operator) -> str:
 def _collective(step: Collective) -> str:
     """A MindSpore communication operator for a torch collective (distributed.py), named by where torch called it."""
     where = f"{step.name} ({step.module or '(root)'}: {step.source})"
-    return (f"CollectiveCell({step.kind!r}, {step.ranks!r}, reduce_op={step.reduce_op!r}, src={step.src!r}, "
+    return (f"collective_cell({step.kind!r}, {step.ranks!r}, reduce_op={step.reduce_op!r}, src={step.src!r}, "
             f"where={where!r})")
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ..._core.torch_private import collective_name, process_group_ranks
 from ..errors import PortError, describe, module_of, source_line
+from ..parallel_regions import NAMESPACE as REGIONS
 
 # torch's reductions that MindSpore's AllReduce has ("avg": a sum divided by the group's size)
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
@@ -25,11 +26,12 @@ class Collective:
     """`name = <kind>(input)` over the ranks of a torch process group."""
 
     name: str
-    kind: str                  # "all_reduce", "all_gather_into_tensor", "broadcast"
+    kind: str                  # "all_reduce", "all_gather_into_tensor", "broadcast"; "tp_reduce", "tp_copy",
+                               # "tp_gather" (parallel_regions.py: with their gradients)
     inputs: list[str]          # the one tensor it is called with
     ranks: tuple[int, ...]     # the torch group's ranks, in its order
     reduce_op: str | None      # all_reduce: one of REDUCE_OPS
-    src: int | None            # broadcast: the group rank whose tensor every rank receives
+    src: int | None            # broadcast: the group rank whose tensor every rank receives; tp_gather: this rank
     module: str
     source: str
 
@@ -39,15 +41,26 @@ def is_wait(target) -> bool:
 
 
 def is_collective(target) -> bool:
-    return collective_name(target) not in (None, "wait_tensor")
+    return collective_name(target) not in (None, "wait_tensor") or _region(target) is not None
+
+
+def _region(target) -> str | None:
+    """"reduce", "copy" or "gather" for a tensor-parallel region's operator (parallel_regions.py), else None."""
+    if getattr(target, "namespace", None) != REGIONS:
+        return None
+    return str(target.name()).split("::")[-1].split(".")[0]
 
 
 def read_collective(node: torch.fx.Node, input_name: str) -> Collective:
     """The Collective of a `_c10d_functional` node (not wait_tensor), or a PortError naming what cannot run."""
-    name = collective_name(node.target)
     args = node.args
     path, _kind = module_of(node)
     common = dict(name=node.name, inputs=[input_name], module=path, source=source_line(node, short=True))
+    region = _region(node.target)
+    if region is not None:  # ranks given as a list of ints; gather also names this rank
+        return Collective(kind=f"tp_{region}", ranks=tuple(int(r) for r in args[1]), reduce_op=None,
+                          src=int(args[2]) if region == "gather" else None, **common)
+    name = collective_name(node.target)
     if name == "all_reduce":
         reduce_op = str(args[1]).lower()
         if reduce_op not in REDUCE_OPS:

@@ -158,6 +158,14 @@ def tensor_parallel_llama() -> dict:
         optimizer(grads)
         torch_optimizer.step()
     result.update(llama_losses=losses, llama_gradient_errors=gradient_errors)
+
+    # greedy generation with the key/value cache, each rank holding its key/value heads
+    prompt = ids[:, :5]
+    theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False)
+    lm = aot_ops.from_torch_lm(aot_ops.tensor_parallel(copy.deepcopy(whole)), batch_size=2, max_length=16)
+    ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=8)
+    result.update(llama_generated=ours.asnumpy().tolist(), llama_torch_generated=theirs.tolist(),
+                  llama_cache_shapes=sorted({tuple(p.shape) for p in lm.cell.get_parameters() if len(p.shape) == 4}))
     return result
 
 

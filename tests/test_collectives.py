@@ -75,3 +75,12 @@ def test_the_split_llama_trains_as_the_whole_model_in_torch(ranks):
             assert abs(ours - theirs) <= 1e-5 * abs(theirs), result["llama_losses"]
         errors = result["llama_gradient_errors"]
         assert len(errors) == 2 * 9 + 3 and max(errors.values()) < 1e-4, errors
+
+
+def test_the_split_llama_generates_torchs_tokens_with_its_share_of_the_key_value_cache(ranks):
+    """from_torch_lm + generate on the split model: each rank's cache holds its key/value head (1 of 2), the
+    greedy tokens are the whole model's in torch on both ranks."""
+    for result in ranks:
+        # batch, key/value heads, positions (max_length and from_torch_lm's own), head size
+        assert [[b, heads, size] for b, heads, _, size in result["llama_cache_shapes"]] == [[2, 1, 16]]
+        assert result["llama_generated"] == result["llama_torch_generated"]

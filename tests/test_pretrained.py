@@ -172,6 +172,21 @@ def test_a_second_port_of_the_same_model_exports_nothing(folders, aot_cache, mon
     assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=6)).tolist() == expected.tolist()
 
 
+def test_a_per_node_port_from_its_kept_plan_generates_torchs_tokens(folders, aot_cache, monkeypatch):
+    """fuse=False: the plan holds the operators' arguments, tensor lists among them (the causal mask's index), whose
+    open places must come back from the pickle as aten's own placeholders."""
+    monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
+    exports = Exports(monkeypatch)
+    ids = prompt(vocab=LLAMA["vocab_size"])
+    with torch.no_grad():
+        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                                                        do_sample=False, pad_token_id=0)
+    for _ in range(2):
+        lm = aot_ops.from_pretrained(folders["llama"], max_length=16, fuse=False)
+        assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=4)).tolist() == expected.tolist()
+    assert exports.count == 1
+
+
 def test_a_model_class_of_the_user_or_a_switched_off_cache_keeps_nothing(folders, aot_cache, monkeypatch):
     class MyLlama(transformers.LlamaForCausalLM):  # code of the user's: not described by the configuration
         pass

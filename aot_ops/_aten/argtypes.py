@@ -44,17 +44,22 @@ class ArgKind(enum.IntEnum):  # the same numbers as ArgKind in kernels/aten/gene
 
 
 class _Placeholder:
-    """A tensor argument supplied when the operator is called (aten.op(...) leaves it open)."""
+    """A tensor argument supplied when the operator is called (aten.op(...) leaves it open). Compared by identity:
+    a pickled one (a port plan kept by plan_cache.py) comes back as the same object."""
 
-    def __init__(self, text: str):
-        self._text = text
+    def __init__(self, text: str, name: str):
+        self._text, self._name = text, name
 
     def __repr__(self):
         return self._text
 
+    def __reduce__(self):
+        return self._name  # pickle's way to say: the module-level object of that name
 
-CALL_TIME = _Placeholder("aten.INPUT")              # one tensor (None allowed at call time when it is optional)
-CALL_TIME_LIST = _Placeholder("<tensor list>")    # a Tensor[] argument: its tensors, as one list or tuple
+
+CALL_TIME = _Placeholder("aten.INPUT", "CALL_TIME")           # one tensor (None allowed at call time when it is optional)
+CALL_TIME_LIST = _Placeholder("<tensor list>", "CALL_TIME_LIST")  # a Tensor[] argument: its tensors, as a list or tuple
+
 
 
 def is_tensor_value(value: Any) -> bool:

@@ -372,7 +372,10 @@ def _ms_dtype_attr(dtype: torch.dtype) -> str:
 
 
 def _aten_op(op: Operator) -> str:
-    args = [repr(op.target)] + [f"{k}={_literal(v)}" for k, v in op.fixed.items()]
+    try:
+        args = [repr(op.target)] + [f"{k}={_literal(v)}" for k, v in op.fixed.items()]
+    except PortError as exc:
+        raise PortError(f"node '{op.name}' ({op.target}) at {op.source}: {exc}") from None
     if op.out_shapes is not None:
         if None in op.out_shapes:
             raise PortError(f"node '{op.name}' ({op.target}) at {op.source}: leaves an output uncomputed (None), "

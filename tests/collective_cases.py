@@ -95,6 +95,7 @@ def main() -> None:
     except aot_ops.PortError as exc:
         result["reduce_scatter"] = str(exc)
     result.update(tensor_parallel_llama())
+    result.update(tensor_parallel_checkpoint(Path(args.out) / "checkpoint"))
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
 
 
@@ -167,6 +168,35 @@ def tensor_parallel_llama() -> dict:
     result.update(llama_generated=ours.asnumpy().tolist(), llama_torch_generated=theirs.tolist(),
                   llama_cache_shapes=sorted({tuple(p.shape) for p in lm.cell.get_parameters() if len(p.shape) == 4}))
     return result
+
+
+def tensor_parallel_checkpoint(folder: Path) -> dict:
+    """A checkpoint folder (saved by the test before the job: a Llama with tied embeddings) loaded split, each rank
+    reading its share (the bytes its reads asked for, /proc/self/io's rchar), then ported from it and generating."""
+    import transformers
+
+    from aot_ops._port.tensor_parallel import shares
+
+    def read_so_far() -> int:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+    aot_ops.load_pretrained(folder, tensor_parallel=True)  # the first load imports transformers' model modules
+    before = read_so_far()
+    model = aot_ops.load_pretrained(folder, tensor_parallel=True)
+    read = read_so_far() - before
+    share = shares(model)
+    whole = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    stored = {t.data_ptr(): (k, t) for k, t in whole.state_dict().items()}.values()  # a tied tensor once, as stored
+    expected = sum(t.numel() * t.element_size() * (s[2] - s[1]) // s[3] if (s := share.get(k)) else
+                   t.numel() * t.element_size() for k, t in stored)
+    replicated = sum(t.numel() * t.element_size() for k, t in stored if k not in share)
+    prompt = torch.randint(0, whole.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(2))
+    theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
+    lm = aot_ops.from_pretrained(folder, max_length=16, batch_size=2, fuse=False, tensor_parallel=True)
+    ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=6)
+    return {"checkpoint_read": read, "checkpoint_share": expected, "checkpoint_replicated": replicated,
+            "checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
+            "checkpoint_generated": ours.asnumpy().tolist(), "checkpoint_torch_generated": theirs.tolist()}
 
 
 def _slice_of(whole: torch.Tensor, module: nn.Module, leaf: str, *kinds) -> torch.Tensor:

@@ -21,6 +21,13 @@ CASES = REPO / "tests" / "collective_cases.py"
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("collectives")
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(out / "checkpoint")  # read by the ranks, split
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")  # msrun runs `python`
     launched = subprocess.run(
@@ -84,3 +91,15 @@ def test_the_split_llama_generates_torchs_tokens_with_its_share_of_the_key_value
         # batch, key/value heads, positions (max_length and from_torch_lm's own), head size
         assert [[b, heads, size] for b, heads, _, size in result["llama_cache_shapes"]] == [[2, 1, 16]]
         assert result["llama_generated"] == result["llama_torch_generated"]
+
+
+def test_each_rank_reads_its_share_of_a_checkpoint_and_generates_torchs_tokens(ranks):
+    """load_pretrained / from_pretrained with tensor_parallel=True: the model split on the meta device, then only
+    each rank's share of every split tensor read (rows, or columns row by row; the tied embedding's rows once, the
+    embedding and the LM head still tied), the norms whole; from_pretrained's port generates the whole model's
+    tokens."""
+    for result in ranks:
+        # its share, and no more than the headers and config.json besides
+        assert result["checkpoint_share"] <= result["checkpoint_read"] <= result["checkpoint_share"] + (128 << 10)
+        assert result["checkpoint_share"] <= result["checkpoint_bytes"] / 2 + result["checkpoint_replicated"]
+        assert result["checkpoint_generated"] == result["checkpoint_torch_generated"]

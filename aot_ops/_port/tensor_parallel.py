@@ -31,11 +31,11 @@ class RowParallelLinear(nn.Module):
     """This rank's input features of a linear layer; the partial products summed over the ranks, then the bias
     (added once). Its weight and bias keep the names of the layer it replaces."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int]):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
-        self.ranks = ranks
+        self.ranks, self.position = ranks, ranks.index(rank)
 
     def forward(self, x):
         out = reduce(nn.functional.linear(x, self.weight), self.ranks)
@@ -50,7 +50,7 @@ class ColumnParallelGathered(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
-        self.ranks, self.rank = ranks, rank
+        self.ranks, self.rank, self.position = ranks, rank, ranks.index(rank)
 
     def forward(self, x):
         return gather(nn.functional.linear(copy(x, self.ranks), self.weight, self.bias), self.ranks, self.rank)
@@ -60,11 +60,11 @@ class ColumnParallelLinear(nn.Module):
     """This rank's output features of a linear layer (its heads, its slice of an MLP); the input's gradient summed
     over the ranks, each of which has its part."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int]):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
-        self.ranks = ranks
+        self.ranks, self.position = ranks, ranks.index(rank)
 
     def forward(self, x):
         return nn.functional.linear(copy(x, self.ranks), self.weight, self.bias)
@@ -112,6 +112,7 @@ def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] |
     _check_heads(model, size)
     ranks = list(range(size))
     matched = {pattern: 0 for pattern in plan}
+    slices: dict[tuple, nn.Parameter] = {}  # by the whole weight and the slice: tied weights stay tied
     for path, module in list(model.named_modules()):
         pattern = next((p for p in plan if fnmatch.fnmatchcase(path, p)), None)
         if pattern is None:
@@ -122,7 +123,14 @@ def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] |
         if not isinstance(module, wanted):
             raise PortError(f"tensor-parallel plan: {path} is a {type(module).__name__}, which '{style}' cannot "
                             f"split (it splits {wanted.__name__} layers)")
-        _replace(model, path, _sharded(path, module, style, rank, size, ranks))
+        sharded = _sharded(path, module, style, rank, size, ranks)
+        # a tied input and output embedding (the LM head's weight the embedding's) split by vocabulary alike: one
+        # slice, still tied
+        rows = (style in ("embedding_rowwise", "colwise_gather_output"), sharded.weight.shape)
+        tied = slices.setdefault((id(module.weight), rows), sharded.weight)
+        if tied is not sharded.weight:
+            sharded.weight = tied
+        _replace(model, path, sharded)
     missing = [p for p, n in matched.items() if n == 0]
     if missing:
         raise PortError(f"tensor-parallel plan: no module of {type(model).__name__} matches {missing}")
@@ -162,12 +170,32 @@ def _sharded(path: str, layer: nn.Module, style: str, rank: int, size: int, rank
         elif bias is not None:
             bias = bias.detach().clone().requires_grad_(layer.bias.requires_grad)
     if style == "rowwise":
-        return RowParallelLinear(weight, bias, ranks)
+        return RowParallelLinear(weight, bias, ranks, rank)
     if style == "colwise_gather_output":
         return ColumnParallelGathered(weight, bias, ranks, rank)
-    return ColumnParallelLinear(weight, bias, ranks)
+    return ColumnParallelLinear(weight, bias, ranks, rank)
 
 
 def _replace(model: nn.Module, path: str, new: nn.Module) -> None:
     parent, _, name = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, name, new)
+
+
+def shares(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
+    """Each split tensor of a model split by shard_by_plan, by its state_dict key: (the dimension it is split
+    along, where this rank's share starts and stops, the whole tensor's size along it). A tensor not named is whole
+    on every rank. What a rank reads of a checkpoint (lm/pretrained.py)."""
+    found = {}
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        if isinstance(module, VocabParallelEmbedding):
+            rows = module.weight.shape[0]
+            found[prefix + "weight"] = (0, module.start, module.start + rows, rows * len(module.ranks))
+        elif isinstance(module, (ColumnParallelLinear, ColumnParallelGathered, RowParallelLinear)):
+            dim = 1 if isinstance(module, RowParallelLinear) else 0
+            width, count = module.weight.shape[dim], len(module.ranks)
+            part = (module.position * width, (module.position + 1) * width, width * count)
+            found[prefix + "weight"] = (dim, *part)
+            if module.bias is not None and dim == 0:
+                found[prefix + "bias"] = (0, *part)
+    return found

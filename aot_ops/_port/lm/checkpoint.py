@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import mmap
 import os
 import queue
 import sys
 import threading
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ _CONVERT_SLICE = 32 << 20  # bytes read at a time when converting dtypes
 _MAX_HEADER = 100 << 20    # safetensors' own limit
 _DIRECT_BUFFER = 8 << 20   # bytes read at a time past the page cache
 _DIRECT_BUFFERS = 3         # buffers the reads and the copies pass between them
+_DIRECT_MIN_BYTES = 1 << 16  # smaller pieces are read through the page cache, which reads no more than asked
 _DIRECT_ALIGNMENT = 4096   # O_DIRECT reads whole logical blocks, into memory aligned as much
 
 
@@ -54,6 +56,21 @@ class StoredTensor:
 
     def describe(self) -> str:
         return f"'{self.name}' ({str(self.dtype).removeprefix('torch.')}{list(self.shape)} in {self.file.name})"
+
+    def part(self, dim: int, start: int, stop: int) -> list["StoredTensor"]:
+        """The stored pieces of the slice start:stop along `dim` (a rank's share of a split tensor,
+        tensor_parallel.py), each contiguous in the file: one for the first dimension, one a row for the second
+        of a matrix, in the slice's order, so that only the share is read."""
+        item = self.dtype.itemsize
+        if dim == 0:
+            row = math.prod(self.shape[1:]) * item
+            return [replace(self, shape=(stop - start, *self.shape[1:]), start=self.start + start * row,
+                            end=self.start + stop * row)]
+        if dim == 1 and len(self.shape) == 2:
+            row = self.shape[1] * item
+            return [replace(self, shape=(stop - start,), start=self.start + r * row + start * item,
+                            end=self.start + r * row + stop * item) for r in range(self.shape[0])]
+        raise PortError(f"checkpoint: {self.describe()} cannot be read in parts along dimension {dim}")
 
 
 class Checkpoint:
@@ -104,7 +121,9 @@ class Checkpoint:
             direct_reads, through_cache = _DirectReads(stopped), []
             for stored, destination in file_order(pairs):
                 fd = descriptors.get(stored.file)
-                if fd is not None and destination.dtype == stored.dtype:
+                # a small piece (a rank's columns of one row) read past the cache would cost whole blocks
+                if fd is not None and destination.dtype == stored.dtype and \
+                        stored.end - stored.start >= _DIRECT_MIN_BYTES:
                     direct_reads.add(fd, stored, destination)
                 else:
                     through_cache.append((stored, destination))
@@ -210,30 +229,33 @@ def _read_through_cache(pairs: list[tuple[StoredTensor, torch.Tensor]], drop_cac
                              name="aot_ops weight memory")
     ahead.start()
     try:
-        for stored, destination in pairs:
-            if stopped():
-                return
-            _read_one_through_cache(stored, destination, drop_cache)
+        with ExitStack() as files:
+            opened: dict[Path, Any] = {}  # one open file each, however many pieces (a row's columns each)
+            for stored, destination in pairs:
+                if stopped():
+                    return
+                if stored.file not in opened:
+                    opened[stored.file] = files.enter_context(open(stored.file, "rb", buffering=0))
+                _read_one_through_cache(opened[stored.file], stored, destination, drop_cache)
     finally:
         finished.set()  # (after an error or a stop, the memory still ahead is left alone)
         ahead.join()
 
 
-def _read_one_through_cache(stored: StoredTensor, destination: torch.Tensor, drop_cache: bool) -> None:
-    with open(stored.file, "rb", buffering=0) as f:
-        reader = _Reader(f, stored, drop_cache)
-        if destination.dtype == stored.dtype:
-            reader.read(_bytes_of(destination))
-            return
-        if not (destination.is_floating_point() and stored.dtype.is_floating_point):
-            raise PortError(f"checkpoint: {stored.describe()} cannot be read as {destination.dtype}")
-        flat, item = destination.view(-1), stored.dtype.itemsize
-        step = max(1, _CONVERT_SLICE // item)
-        buffer = torch.empty(min(step, flat.numel()), dtype=stored.dtype)
-        for begin in range(0, flat.numel(), step):
-            part = buffer[:min(step, flat.numel() - begin)]
-            reader.read(_bytes_of(part))
-            flat[begin:begin + part.numel()].copy_(part)
+def _read_one_through_cache(f, stored: StoredTensor, destination: torch.Tensor, drop_cache: bool) -> None:
+    reader = _Reader(f, stored, drop_cache)
+    if destination.dtype == stored.dtype:
+        reader.read(_bytes_of(destination))
+        return
+    if not (destination.is_floating_point() and stored.dtype.is_floating_point):
+        raise PortError(f"checkpoint: {stored.describe()} cannot be read as {destination.dtype}")
+    flat, item = destination.view(-1), stored.dtype.itemsize
+    step = max(1, _CONVERT_SLICE // item)
+    buffer = torch.empty(min(step, flat.numel()), dtype=stored.dtype)
+    for begin in range(0, flat.numel(), step):
+        part = buffer[:min(step, flat.numel() - begin)]
+        reader.read(_bytes_of(part))
+        flat[begin:begin + part.numel()].copy_(part)
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14

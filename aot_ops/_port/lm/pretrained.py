@@ -38,7 +38,8 @@ from .checkpoint import Checkpoint, StoredTensor
 log = logging.getLogger("aot_ops.port")
 
 
-def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: Any = None) -> torch.nn.Module:
+def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: Any = None,
+                    tensor_parallel: bool = False) -> torch.nn.Module:
     """The transformers model saved in `folder` (config.json and safetensors files, as save_pretrained writes them),
     in evaluation mode, its parameters and buffers views of MindSpore Parameters holding the checkpoint's values.
 
@@ -48,14 +49,18 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
     - Port the model with share_weights=True (from_torch_lm's default) and the cell takes those Parameters without
       a copy. Tied weights stay tied. A tensor the model has and the checkpoint lacks, or one of another shape, is a
       PortError naming it; tensors the checkpoint has and the model does not are logged and skipped.
+    - `tensor_parallel=True`, on each rank of a MindSpore job (msrun): the model split over the job's ranks by its
+      own plan (aot_ops.tensor_parallel) before any weight is read; each rank reads only its share of each split
+      tensor, and the replicated ones whole (docs/distributed.md).
     """
-    loading = _Loading(folder, dtype, model_class)
+    loading = _Loading(folder, dtype, model_class, tensor_parallel)
     loading.read()
     return loading.model
 
 
 def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 1, dtype: torch.dtype | None = None,
-                    fuse: bool | str = True, jit: bool = True, model_class: Any = None, tokens_per_call: int = 1):
+                    fuse: bool | str = True, jit: bool = True, model_class: Any = None, tokens_per_call: int = 1,
+                    tensor_parallel: bool = False):
     """A causal LM from its checkpoint folder, ported, its weights read once into the cell's Parameters.
 
     - With `max_length`: a PortedLM with a key/value cache for `batch_size` sequences of up to `max_length` tokens,
@@ -64,7 +69,8 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     - Without: a cell evaluating whole sequences (input_ids, attention_mask: any batch size and length) and
       returning the model's output (`logits`), as from_torch(model, ..., use_cache=False, evaluation_only=True)
       gives.
-    `dtype` and `model_class` as for load_pretrained (whose model the port is made from; `lm.cell` or the cell
+    `dtype`, `model_class` and `tensor_parallel` (with fuse=False: a fused program cannot hold a collective) as for
+    load_pretrained (whose model the port is made from; `lm.cell` or the cell
     holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
     ported."""
     from .. import plan_cache, port
@@ -73,18 +79,21 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     if max_length is None and tokens_per_call != 1:
         raise ValueError("from_pretrained: tokens_per_call is for generation with the key/value cache: give "
                          "max_length too")
+    # export_two_layers (layer_stack.py: two alike layers exported, the rest written into the graph) is not taken
+    # with tensor_parallel: the layer copies do not carry the collectives yet
     start = time.perf_counter()
-    loading = _Loading(folder, dtype, model_class)
+    loading = _Loading(folder, dtype, model_class, tensor_parallel)
     reading = loading.start()
     built = time.perf_counter()
     cell_kind = "lm" if max_length is not None else "sequence"
+    # a split model's plan is its rank's: its graph holds the rank's vocabulary offset and slice
     plan_key = plan_cache.key(loading.model, dict(cell=cell_kind, max_length=max_length, batch_size=batch_size,
-                                                  fuse=fuse, jit=jit))
+                                                  fuse=fuse, jit=jit, split=loading.split))
     try:
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
                              share_weights=True, plan_key=plan_key, tokens_per_call=tokens_per_call,
-                             export_two_layers=True)
+                             export_two_layers=not tensor_parallel)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}
@@ -94,7 +103,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True,
-                          plan_key=plan_key, export_two_layers=True)
+                          plan_key=plan_key, export_two_layers=not tensor_parallel)
     except BaseException:
         reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
         raise
@@ -114,7 +123,7 @@ def _max_positions(model) -> int:
 class _Loading:
     """The model built without weights, its Parameters made (not yet read), and what goes where."""
 
-    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any):
+    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any, tensor_parallel: bool = False):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.checkpoint = Checkpoint(folder)
@@ -131,6 +140,20 @@ class _Loading:
                 model = model_class.from_config(config, dtype=dtype)
             else:
                 model = model_from_config(model_class, config, dtype=dtype)
+        self.shares: dict[str, tuple[int, int, int, int]] = {}  # split tensors: what this rank reads of each
+        self.tied: dict[str, list[str]] = {}  # names of one tensor before the split, which may part them
+        self.split: tuple[int, int] | None = None  # (this rank, ranks) of a split model
+        if tensor_parallel:
+            from ..distributed import torch_process_group
+            from ..tensor_parallel import shard_by_plan, shares
+
+            by_tensor: dict[int, list[str]] = {}
+            for key, tensor in model.state_dict(keep_vars=True).items():
+                by_tensor.setdefault(id(tensor), []).append(key)
+            self.tied = {key: names for names in by_tensor.values() if len(names) > 1 for key in names}
+            self.split = torch_process_group()
+            model = shard_by_plan(model, *self.split)  # on the meta device: nothing read or allocated yet
+            self.shares = shares(model)
         self.model = model.eval()
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
         _make_non_persistent_buffers(model)
@@ -150,12 +173,18 @@ class _Loading:
         missing, mismatched, used, targets = [], [], set(), []
         for ident, keys in groups.items():
             tensor = tensors[ident]
-            stored = _find(self.checkpoint.tensors, keys, prefix)
+            # a tied input and output embedding, split apart, each reads the one stored tensor (its rows alike)
+            names = list(dict.fromkeys([*keys, *(name for key in keys for name in self.tied.get(key, ()))]))
+            stored = _find(self.checkpoint.tensors, names, prefix)
             if stored is None:
                 missing.append(" = ".join(keys))
                 continue
             used.add(stored.name)
-            if stored.shape != tuple(tensor.shape):
+            share = self.shares.get(keys[0])  # (dimension, start, stop, whole size) of this rank's share
+            whole_shape = list(tensor.shape)
+            if share is not None:
+                whole_shape[share[0]] = share[3]
+            if stored.shape != tuple(whole_shape):
                 mismatched.append(f"{stored.describe()} for '{keys[0]}' of shape {list(tensor.shape)}")
                 continue
             if stored.dtype.is_floating_point != tensor.is_floating_point():
@@ -168,7 +197,13 @@ class _Loading:
             view = owned_view(parameter, tensor.requires_grad if is_parameter else None)
             for key in keys:
                 _set_tensor(model, key, view)
-            targets.append((stored, view.detach()))
+            destination = view.detach()
+            if share is None:
+                targets.append((stored, destination))
+            elif share[0] == 0:  # this rank's rows: one contiguous piece
+                targets.append((stored.part(*share[:3])[0], destination))
+            else:  # this rank's columns: a piece a row
+                targets.extend(zip(stored.part(*share[:3]), destination))
         if missing or mismatched:
             lines = ([f"missing from the checkpoint: {_listed(missing)}"] if missing else []) + \
                     ([f"of another shape or kind: {_listed(mismatched)}"] if mismatched else [])

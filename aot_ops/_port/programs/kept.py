@@ -80,6 +80,7 @@ def functorch_settings() -> str:
 
 @lru_cache(maxsize=1)
 def package_digest() -> str:
-    """The source of aot_ops (every Python module of the package): the code that makes what is kept."""
-    root = Path(__file__).resolve().parents[1]
+    """The source of aot_ops (every Python module of the package, the ATen bridge's argument kinds among them,
+    which a kept plan pickles): the code that makes what is kept."""
+    root = Path(__file__).resolve().parents[2]
     return cache._tree_digest(p for p in root.rglob("*.py"))

@@ -108,7 +108,6 @@ def tensor_parallel_llama() -> dict:
     import transformers
 
     from aot_ops._port.distributed import CollectiveCell, CopyCell, GatherCell, ReduceCell
-    from aot_ops._port.tensor_parallel import ColumnParallelGathered, ColumnParallelLinear, RowParallelLinear
 
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
@@ -152,8 +151,7 @@ def tensor_parallel_llama() -> dict:
             whole_grads = {n: p.grad for n, p in whole_loss.named_parameters()}
             for param, grad in zip(params, grads):
                 owner, _, leaf = param.name.rpartition(".")
-                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf, ColumnParallelLinear,
-                                   ColumnParallelGathered, RowParallelLinear)
+                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf)
                 ours = torch.from_numpy(grad.asnumpy())
                 gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
         optimizer(grads)
@@ -199,16 +197,17 @@ def tensor_parallel_checkpoint(folder: Path) -> dict:
             "checkpoint_generated": ours.asnumpy().tolist(), "checkpoint_torch_generated": theirs.tolist()}
 
 
-def _slice_of(whole: torch.Tensor, module: nn.Module, leaf: str, *kinds) -> torch.Tensor:
+def _slice_of(whole: torch.Tensor, module: nn.Module, leaf: str) -> torch.Tensor:
     """This rank's part of a whole model's tensor, as aot_ops.tensor_parallel split `module`'s `leaf`."""
-    from aot_ops._port.tensor_parallel import RowParallelLinear, VocabParallelEmbedding
+    from aot_ops._port.tensor_parallel import (ColumnParallelGathered, ColumnParallelLinear, RowParallelLinear,
+                                               VocabParallelEmbedding)
 
     from mindspore.communication import get_group_size, get_rank
 
     rank, size = get_rank(), get_group_size()
     if isinstance(module, RowParallelLinear) and leaf == "weight":
         return whole.chunk(size, 1)[rank]
-    if isinstance(module, (VocabParallelEmbedding, *kinds)) and not isinstance(module, RowParallelLinear):
+    if isinstance(module, (VocabParallelEmbedding, ColumnParallelLinear, ColumnParallelGathered)):
         return whole.chunk(size, 0)[rank]
     return whole  # replicated: norms, a row-parallel layer's bias
 

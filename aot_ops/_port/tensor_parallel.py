@@ -27,24 +27,11 @@ from .parallel_regions import copy, gather, reduce
 PLAN_STYLES = ("colwise", "rowwise", "colwise_gather_output", "embedding_rowwise")
 
 
-class RowParallelLinear(nn.Module):
-    """This rank's input features of a linear layer; the partial products summed over the ranks, then the bias
-    (added once). Its weight and bias keep the names of the layer it replaces."""
+class _SplitLinear(nn.Module):
+    """A linear layer of which this rank holds a slice along `split_dim` of the weight (0: output features, 1: input
+    features); its weight and bias keep the names of the layer it replaces."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
-        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
-        self.ranks, self.position = ranks, ranks.index(rank)
-
-    def forward(self, x):
-        out = reduce(nn.functional.linear(x, self.weight), self.ranks)
-        return out if self.bias is None else out + self.bias
-
-
-class ColumnParallelGathered(nn.Module):
-    """This rank's output features of a linear layer, gathered from every rank along the last dimension (the LM
-    head's logits over the whole vocabulary)."""
+    split_dim = 0
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
         super().__init__()
@@ -52,22 +39,36 @@ class ColumnParallelGathered(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
         self.ranks, self.rank, self.position = ranks, rank, ranks.index(rank)
 
+
+class RowParallelLinear(_SplitLinear):
+    """This rank's input features of a linear layer; the partial products summed over the ranks, then the bias
+    (whole on every rank, added once)."""
+
+    split_dim = 1
+
+    def forward(self, x):
+        out = reduce(nn.functional.linear(x, self.weight), self.ranks)
+        return out if self.bias is None else out + self.bias
+
+
+class ColumnParallelGathered(_SplitLinear):
+    """This rank's output features of a linear layer, gathered from every rank along the last dimension (the LM
+    head's logits over the whole vocabulary)."""
+
     def forward(self, x):
         return gather(nn.functional.linear(copy(x, self.ranks), self.weight, self.bias), self.ranks, self.rank)
 
 
-class ColumnParallelLinear(nn.Module):
+class ColumnParallelLinear(_SplitLinear):
     """This rank's output features of a linear layer (its heads, its slice of an MLP); the input's gradient summed
     over the ranks, each of which has its part."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, ranks: list[int], rank: int):
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=weight.requires_grad)
-        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=bias.requires_grad)
-        self.ranks, self.position = ranks, ranks.index(rank)
-
     def forward(self, x):
         return nn.functional.linear(copy(x, self.ranks), self.weight, self.bias)
+
+
+_LINEAR_STYLES = {"colwise": ColumnParallelLinear, "rowwise": RowParallelLinear,
+                  "colwise_gather_output": ColumnParallelGathered}
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -155,7 +156,8 @@ def _sharded(path: str, layer: nn.Module, style: str, rank: int, size: int, rank
         with torch.no_grad():
             weight = layer.weight[start:start + rows // size].clone().requires_grad_(layer.weight.requires_grad)
         return VocabParallelEmbedding(weight, start, ranks)
-    dim = 1 if style == "rowwise" else 0  # rowwise: the input features (the weight's columns)
+    split = _LINEAR_STYLES[style]
+    dim = split.split_dim
     features = layer.weight.shape[dim]
     if features % size:
         raise PortError(f"tensor-parallel plan: {path} has {features} {'input' if dim else 'output'} features, "
@@ -164,16 +166,10 @@ def _sharded(path: str, layer: nn.Module, style: str, rank: int, size: int, rank
     with torch.no_grad():
         weight = (layer.weight[:, part] if dim else layer.weight[part]).clone()
         weight.requires_grad_(layer.weight.requires_grad)
-        bias = layer.bias
-        if bias is not None and style != "rowwise":
-            bias = bias[part].clone().requires_grad_(layer.bias.requires_grad)
-        elif bias is not None:
-            bias = bias.detach().clone().requires_grad_(layer.bias.requires_grad)
-    if style == "rowwise":
-        return RowParallelLinear(weight, bias, ranks, rank)
-    if style == "colwise_gather_output":
-        return ColumnParallelGathered(weight, bias, ranks, rank)
-    return ColumnParallelLinear(weight, bias, ranks, rank)
+        bias = None
+        if layer.bias is not None:  # sliced with the output features; whole where the input features are split
+            bias = (layer.bias if dim else layer.bias[part]).clone().requires_grad_(layer.bias.requires_grad)
+    return split(weight, bias, ranks, rank)
 
 
 def _replace(model: nn.Module, path: str, new: nn.Module) -> None:
@@ -191,8 +187,8 @@ def shares(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
         if isinstance(module, VocabParallelEmbedding):
             rows = module.weight.shape[0]
             found[prefix + "weight"] = (0, module.start, module.start + rows, rows * len(module.ranks))
-        elif isinstance(module, (ColumnParallelLinear, ColumnParallelGathered, RowParallelLinear)):
-            dim = 1 if isinstance(module, RowParallelLinear) else 0
+        elif isinstance(module, _SplitLinear):
+            dim = module.split_dim
             width, count = module.weight.shape[dim], len(module.ranks)
             part = (module.position * width, (module.position + 1) * width, width * count)
             found[prefix + "weight"] = (dim, *part)

@@ -79,8 +79,6 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     if max_length is None and tokens_per_call != 1:
         raise ValueError("from_pretrained: tokens_per_call is for generation with the key/value cache: give "
                          "max_length too")
-    # export_two_layers (layer_stack.py: two alike layers exported, the rest written into the graph) is not taken
-    # with tensor_parallel: the layer copies do not carry the collectives yet
     start = time.perf_counter()
     loading = _Loading(folder, dtype, model_class, tensor_parallel)
     reading = loading.start()
@@ -89,11 +87,14 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     # a split model's plan is its rank's: its graph holds the rank's vocabulary offset and slice
     plan_key = plan_cache.key(loading.model, dict(cell=cell_kind, max_length=max_length, batch_size=batch_size,
                                                   fuse=fuse, jit=jit, split=loading.split))
+    # export_two_layers (layer_stack.py: two alike layers exported, the rest written into the graph) is not taken
+    # with tensor_parallel: the layer copies do not carry the collectives yet
+    two_layers = not tensor_parallel
     try:
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
                              share_weights=True, plan_key=plan_key, tokens_per_call=tokens_per_call,
-                             export_two_layers=not tensor_parallel)
+                             export_two_layers=two_layers)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}
@@ -103,7 +104,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True,
-                          plan_key=plan_key, export_two_layers=not tensor_parallel)
+                          plan_key=plan_key, export_two_layers=two_layers)
     except BaseException:
         reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
         raise
@@ -141,18 +142,14 @@ class _Loading:
             else:
                 model = model_from_config(model_class, config, dtype=dtype)
         self.shares: dict[str, tuple[int, int, int, int]] = {}  # split tensors: what this rank reads of each
-        self.tied: dict[str, list[str]] = {}  # names of one tensor before the split, which may part them
         self.split: tuple[int, int] | None = None  # (this rank, ranks) of a split model
         if tensor_parallel:
             from ..distributed import torch_process_group
             from ..tensor_parallel import shard_by_plan, shares
 
-            by_tensor: dict[int, list[str]] = {}
-            for key, tensor in model.state_dict(keep_vars=True).items():
-                by_tensor.setdefault(id(tensor), []).append(key)
-            self.tied = {key: names for names in by_tensor.values() if len(names) > 1 for key in names}
             self.split = torch_process_group()
-            model = shard_by_plan(model, *self.split)  # on the meta device: nothing read or allocated yet
+            # on the meta device: nothing read or allocated yet; tied weights stay tied (one slice)
+            model = shard_by_plan(model, *self.split)
             self.shares = shares(model)
         self.model = model.eval()
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
@@ -173,9 +170,7 @@ class _Loading:
         missing, mismatched, used, targets = [], [], set(), []
         for ident, keys in groups.items():
             tensor = tensors[ident]
-            # a tied input and output embedding, split apart, each reads the one stored tensor (its rows alike)
-            names = list(dict.fromkeys([*keys, *(name for key in keys for name in self.tied.get(key, ()))]))
-            stored = _find(self.checkpoint.tensors, names, prefix)
+            stored = _find(self.checkpoint.tensors, keys, prefix)
             if stored is None:
                 missing.append(" = ".join(keys))
                 continue
@@ -200,10 +195,8 @@ class _Loading:
             destination = view.detach()
             if share is None:
                 targets.append((stored, destination))
-            elif share[0] == 0:  # this rank's rows: one contiguous piece
-                targets.append((stored.part(*share[:3])[0], destination))
-            else:  # this rank's columns: a piece a row
-                targets.extend(zip(stored.part(*share[:3]), destination))
+            else:  # this rank's rows: one contiguous piece; its columns: a piece a row
+                targets.extend(zip(stored.part(*share[:3]), [destination] if share[0] == 0 else destination))
         if missing or mismatched:
             lines = ([f"missing from the checkpoint: {_listed(missing)}"] if missing else []) + \
                     ([f"of another shape or kind: {_listed(mismatched)}"] if mismatched else [])

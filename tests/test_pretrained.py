@@ -42,6 +42,13 @@ def prompt(batch=1, length=7, vocab=400):
     return torch.randint(2, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
 
 
+def _torch_tokens(folder, ids, new_tokens: int) -> torch.Tensor:
+    """The greedy tokens transformers' own model of `folder` generates after `ids`."""
+    with torch.no_grad():
+        return reference(folder).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                          do_sample=False, pad_token_id=0)
+
+
 @pytest.mark.parametrize("name, dtype", [("llama", None), ("qwen", None), ("qwen", torch.bfloat16)])
 def test_loaded_weights_equal_transformers_own_loading(folders, name, dtype):
     if name == "llama":
@@ -67,9 +74,7 @@ def test_generation_from_the_folder_equals_torch(folders):
     assert all(block[key] is parameter for key, parameter in lm.cell.parameters_dict().items())
     ids = prompt(vocab=LLAMA["vocab_size"])
     tokens = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=10))
-    with torch.no_grad():
-        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
-                                                        do_sample=False, pad_token_id=0)
+    expected = _torch_tokens(folders["llama"], ids, 10)
     assert tokens.tolist() == expected.tolist()
     assert len(set(tokens[0, 7:].tolist())) > 2  # a decoding that could tell a wrong weight
 
@@ -149,9 +154,7 @@ def test_a_second_port_of_the_same_model_exports_nothing(folders, aot_cache, mon
     monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
     exports = Exports(monkeypatch)
     ids = prompt(vocab=LLAMA["vocab_size"])
-    with torch.no_grad():
-        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
-                                                        do_sample=False, pad_token_id=0)
+    expected = _torch_tokens(folders["llama"], ids, 6)
     for _ in range(2):
         lm = aot_ops.from_pretrained(folders["llama"], max_length=20)
         assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=6)).tolist() == expected.tolist()
@@ -166,9 +169,7 @@ def test_a_second_port_of_the_same_model_exports_nothing(folders, aot_cache, mon
     (folder / "config.json").write_text(json.dumps(config))
     lm = aot_ops.from_pretrained(folder, max_length=20)
     assert (exports.count, _kept_plans(aot_cache)) == (4, 4)
-    with torch.no_grad():
-        expected = reference(folder).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
-                                              do_sample=False, pad_token_id=0)
+    expected = _torch_tokens(folder, ids, 6)
     assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=6)).tolist() == expected.tolist()
 
 
@@ -178,9 +179,7 @@ def test_a_per_node_port_from_its_kept_plan_generates_torchs_tokens(folders, aot
     monkeypatch.delenv("AOT_OPS_PORT_CACHE", raising=False)
     exports = Exports(monkeypatch)
     ids = prompt(vocab=LLAMA["vocab_size"])
-    with torch.no_grad():
-        expected = reference(folders["llama"]).generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                                                        do_sample=False, pad_token_id=0)
+    expected = _torch_tokens(folders["llama"], ids, 4)
     for _ in range(2):
         lm = aot_ops.from_pretrained(folders["llama"], max_length=16, fuse=False)
         assert to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=4)).tolist() == expected.tolist()

@@ -5,7 +5,8 @@ parallel layers do); torch.export keeps those calls as `_c10d_functional` operat
 a string, each followed by a `wait_tensor` (docs/distributed.md). The reader turns each into a Collective step, the
 group resolved to its ranks while the module is traced (torch's process group, aot_ops.torch_process_group()), and
 every `wait_tensor` into its input: MindSpore's communication operators return their result when it is ready.
-The cell runs a Collective with MindSpore's operator on MindSpore's group of those ranks (cells/collectives.py).
+The tensor-parallel regions (parallel_regions.py: `aot_ops_tp` operators, with their gradients) are read the same
+way. The cell runs a Collective with MindSpore's operator on MindSpore's group of those ranks (distributed.py).
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def _region(target) -> str | None:
 
 
 def read_collective(node: torch.fx.Node, input_name: str) -> Collective:
-    """The Collective of a `_c10d_functional` node (not wait_tensor), or a PortError naming what cannot run."""
+    """The Collective of a `_c10d_functional` node (not wait_tensor) or of a tensor-parallel region's
+    (parallel_regions.py), or a PortError naming what cannot run."""
     args = node.args
     path, _kind = module_of(node)
     common = dict(name=node.name, inputs=[input_name], module=path, source=source_line(node, short=True))

@@ -1,26 +1,29 @@
-"""Run by tests/test_collectives.py on each rank of an msrun job: a tensor-parallel MLP written with torch's
-functional collectives, ported on every rank, against the same MLP unsharded in torch; results to --out."""
+"""Run by tests/test_collectives.py on each rank of a job, three ways:
+- `--torchrun`: under torchrun with gloo, torch's own run of a module written with torch's functional collectives
+  (outputs, gradients), saved per rank as the reference;
+- (default) under msrun: the same module ported on every rank against that reference, then a transformers Llama
+  split by its plan against the whole model, and bad input; results to --out;
+- `--failing-rank`: under msrun, rank 1 fails (a checkpoint missing a shard) while rank 0 waits in a collective."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-import mindspore as ms
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch import nn
-
-import aot_ops
 
 
 class TensorParallelMlp(nn.Module):
     """Megatron's pair: a column-parallel linear (this rank's rows of the first weight), then a row-parallel one
     (this rank's columns of the second) whose partial products are summed over the ranks; then the other
-    collectives bridged, each on the whole group."""
+    differentiable collectives, each on the whole group, of the partial products."""
 
-    def __init__(self, first: nn.Linear, second: nn.Linear, rank: int, size: int):
+    def __init__(self, rank: int, size: int):
         super().__init__()
+        torch.manual_seed(0)  # the same whole layers on every rank
+        first, second = nn.Linear(16, 32), nn.Linear(32, 8)
         hidden = first.out_features // size
         rows = slice(rank * hidden, (rank + 1) * hidden)
         self.up = nn.Linear(first.in_features, hidden)
@@ -35,68 +38,197 @@ class TensorParallelMlp(nn.Module):
     def forward(self, x):
         partial = self.down(torch.relu(self.up(x)))
         y = funcol.all_reduce(partial, "sum", self.group) + self.bias
-        mean = funcol.all_reduce(y, "avg", self.group)     # equal on every rank: their mean is y
-        largest = funcol.all_reduce(partial, "max", self.group)  # MindSpore's CPU AllReduce sums these
-        smallest = funcol.all_reduce(partial, "min", self.group)
-        product = funcol.all_reduce(partial, "product", self.group)
+        mean = funcol.all_reduce(partial, "avg", self.group)
         gathered = funcol.all_gather_tensor(partial, 0, self.group)  # every rank's partial product, rank by rank
+        scattered = funcol.reduce_scatter_tensor(partial, "sum", 0, self.group)
+        exchanged = funcol.all_to_all_single(partial, None, None, self.group)
         from_last = funcol.broadcast(partial, len(self.group) - 1, self.group)
-        return y, mean, largest, smallest, product, gathered, from_last
+        return y, mean, gathered, scattered, exchanged, from_last
 
 
-class Scattering(nn.Module):
+class Reductions(nn.Module):
+    """The reductions with no gradient in torch: max, min, product over the ranks (MindSpore's CPU AllReduce sums
+    them all: the port gathers and reduces)."""
+
+    def __init__(self, rank: int, size: int):
+        super().__init__()
+        torch.manual_seed(rank)  # each rank its own weights
+        self.linear = nn.Linear(16, 8)
+        self.group = list(range(size))
+
+    def forward(self, x):
+        h = self.linear(x)
+        return tuple(funcol.all_reduce(h, op, self.group) for op in ("max", "min", "product"))
+
+
+class UnevenExchange(nn.Module):
     def __init__(self, size: int):
         super().__init__()
         self.group = list(range(size))
 
     def forward(self, x):
-        return funcol.reduce_scatter_tensor(x, "sum", 0, self.group)
+        splits = [x.shape[0] - len(self.group) + 1] + [1] * (len(self.group) - 1)
+        return funcol.all_to_all_single(x, splits, splits, self.group)
+
+
+def loss_weights(outputs) -> list[torch.Tensor]:
+    """Fixed weights of the outputs in the loss, the same on every rank and in both runs."""
+    generator = torch.Generator().manual_seed(7)
+    return [torch.randn(o.shape, generator=generator) for o in outputs]
+
+
+def inputs() -> torch.Tensor:
+    return torch.randn(4, 16, generator=torch.Generator().manual_seed(3))
+
+
+def torch_reference(out: Path) -> None:
+    """torch's run under torchrun (gloo): each rank's outputs and gradients of the weighted sum of its outputs."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    module, x = TensorParallelMlp(rank, size), inputs().requires_grad_()
+    outputs = module(x)
+    sum((o * w).sum() for o, w in zip(outputs, loss_weights(outputs))).backward()
+    reductions = Reductions(rank, size)(x.detach())
+    try:
+        Reductions(rank, size)(x)[0].sum().backward()
+        no_gradient = "computed"
+    except RuntimeError as exc:
+        no_gradient = str(exc)
+    def plain(t: torch.Tensor) -> torch.Tensor:  # funcol's results are AsyncCollectiveTensors: their values
+        return torch.from_numpy(t.detach().numpy().copy())
+
+    torch.save({"outputs": [plain(o) for o in outputs], "x": plain(x.grad),
+                "grads": {n: plain(p.grad) for n, p in module.named_parameters()},
+                "reductions": [plain(r) for r in reductions], "no_gradient": no_gradient}, out / f"torch_rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def ported(out: Path) -> None:
+    """The same module ported on this msrun rank, against torch's run of this rank."""
+    import mindspore as ms
+
+    import aot_ops
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    rank, size = aot_ops.torch_process_group()
+    reference = torch.load(out / f"torch_rank{rank}.pt")
+    x = inputs()
+    result = {"rank": rank, "size": size}
+    module = TensorParallelMlp(rank, size).eval()
+    cell = aot_ops.from_torch(module, (x,))
+    weights = [ms.Tensor(w.numpy()) for w in loss_weights(reference["outputs"])]
+
+    class Loss(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.cell, self.weights = cell, tuple(weights)
+
+        def construct(self, t):
+            loss = 0
+            for o, w in zip(self.cell(t), self.weights):
+                loss = loss + (o * w).sum()
+            return loss
+
+    class FirstSummed(ms.nn.Cell):
+        def __init__(self, cell):
+            super().__init__()
+            self.cell = cell
+
+        def construct(self, t):
+            return self.cell(t)[0].sum()
+
+    params = cell.trainable_params()
+    names = [p.name for p in params]  # torch's (the Loss cell prefixes them)
+    grad_fn = ms.value_and_grad(Loss(), 0, params)
+    reductions_cell = aot_ops.from_torch(Reductions(rank, size).eval(), (x,))
+    max_summed = FirstSummed(reductions_cell)
+    for mode, name in ((ms.PYNATIVE_MODE, "pynative"), (ms.GRAPH_MODE, "graph")):
+        ms.set_context(mode=mode)
+        outputs = cell(ms.Tensor(x.numpy()))
+        _loss, (x_grad, grads) = grad_fn(ms.Tensor(x.numpy()))
+        result[f"{name}_output_errors"] = [_error(o, e) for o, e in zip(outputs, reference["outputs"])]
+        result[f"{name}_shapes"] = [[list(o.shape) for o in outputs], [list(e.shape) for e in reference["outputs"]]]
+        result[f"{name}_gradient_errors"] = {n: _error(g, reference["grads"][n]) for n, g in zip(names, grads)}
+        result[f"{name}_gradient_errors"]["x"] = _error(x_grad, reference["x"])
+        result[f"{name}_reduction_errors"] = [_error(o, e) for o, e in zip(reductions_cell(ms.Tensor(x.numpy())),
+                                                                            reference["reductions"])]
+        try:
+            ms.grad(max_summed)(ms.Tensor(x.numpy()))
+            result[f"{name}_no_gradient"] = "computed"
+        except RuntimeError as exc:
+            result[f"{name}_no_gradient"] = str(exc)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    result["torch_no_gradient"] = reference["no_gradient"]
+    result["cells"] = sorted({type(c).__name__ for _, c in cell.cells_and_names() if "Cell" in type(c).__name__
+                              and type(c).__module__.endswith("distributed")})
+    for name, attempt in (("fused", lambda: aot_ops.from_torch(module, (x,), fuse=True)),
+                          ("uneven", lambda: aot_ops.from_torch(UnevenExchange(size), (torch.randn(4, 8),)))):
+        try:
+            attempt()
+            result[name] = "ported"
+        except aot_ops.PortError as exc:
+            result[name] = str(exc)
+    result.update(tensor_parallel_llama())
+    result.update(tensor_parallel_checkpoint(out / "checkpoint"))
+    result.update(bad_input(out))
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def _error(ours, theirs: torch.Tensor) -> float:
+    ours = torch.from_numpy(ours.asnumpy())
+    return float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12)) if ours.shape == theirs.shape else 1e9
+
+
+def bad_input(out: Path) -> dict:
+    """What cannot split, named on every rank before any collective: a rank count that is not the job's, a
+    checkpoint missing one of its shards."""
+    import transformers
+
+    import aot_ops
+
+    result = {}
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    for name, attempt in (
+            ("wrong_size", lambda: aot_ops.tensor_parallel(transformers.LlamaForCausalLM(config), size=4)),
+            ("missing_shard", lambda: aot_ops.load_pretrained(out / "missing_shard", tensor_parallel=True))):
+        try:
+            attempt()
+            result[name] = "loaded"
+        except aot_ops.PortError as exc:
+            result[name] = str(exc)
+    return result
+
+
+def failing_rank(out: Path) -> None:
+    """Rank 1 fails before its first collective (a checkpoint missing a shard); rank 0 runs the ported MLP, whose
+    all-reduce waits for rank 1 until msrun ends the job."""
+    import mindspore as ms
+
+    import aot_ops
+
+    rank, size = aot_ops.torch_process_group()
+    if rank == 1:
+        aot_ops.load_pretrained(out / "missing_shard", tensor_parallel=True)
+    cell = aot_ops.from_torch(TensorParallelMlp(rank, size).eval(), (inputs(),))
+    outputs = cell(ms.Tensor(inputs().numpy()))
+    (out / f"finished{rank}").write_text(f"the collectives returned without rank 1: {outputs[0].asnumpy()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--torchrun", action="store_true")
+    parser.add_argument("--failing-rank", action="store_true")
     args = parser.parse_args()
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    rank, size = aot_ops.torch_process_group()
-    torch.manual_seed(0)  # the same whole layers on every rank
-    first, second, x = nn.Linear(16, 32), nn.Linear(32, 8), torch.randn(4, 16)
-    module = TensorParallelMlp(first, second, rank, size).eval()
-    partials = [TensorParallelMlp(first, second, r, size).down(torch.relu(TensorParallelMlp(
-        first, second, r, size).up(x))) for r in range(size)]
-    whole = second(torch.relu(first(x)))
-    each = torch.stack(partials)
-    expected = [whole, whole, each.amax(0), each.amin(0), each.prod(0), torch.cat(partials), partials[-1]]
-    result = {"rank": rank, "size": size}
-    cell = aot_ops.from_torch(module, (x,))
-    outputs = cell(ms.Tensor(x.numpy()))
-    result["errors"] = [float((torch.from_numpy(o.asnumpy()) - e).abs().max()) for o, e in zip(outputs, expected)]
-    result["shapes"] = [list(o.shape) for o in outputs]
-    try:  # torch's functional collectives have no gradient: neither has the port (a named error, not a wrong one)
-        ms.grad(lambda t: cell(t)[0].sum())(ms.Tensor(x.numpy()))
-        result["gradient"] = "computed"
-    except RuntimeError as exc:
-        result["gradient"] = str(exc)
-    ms.set_context(mode=ms.GRAPH_MODE)
-    graph_outputs = cell(ms.Tensor(x.numpy()))
-    result["graph_errors"] = [float((torch.from_numpy(o.asnumpy()) - e).abs().max())
-                              for o, e in zip(graph_outputs, expected)]
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    result["expected_shapes"] = [list(e.shape) for e in expected]
-    try:
-        aot_ops.from_torch(module, (x,), fuse=True)
-        result["fused"] = "ported"
-    except aot_ops.PortError as exc:
-        result["fused"] = str(exc)
-    scattering = Scattering(size).eval()
-    try:
-        aot_ops.from_torch(scattering, (torch.randn(4, 8),))
-        result["reduce_scatter"] = "ported"
-    except aot_ops.PortError as exc:
-        result["reduce_scatter"] = str(exc)
-    result.update(tensor_parallel_llama())
-    result.update(tensor_parallel_checkpoint(Path(args.out) / "checkpoint"))
-    Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
+    if args.torchrun:
+        torch_reference(args.out)
+    elif args.failing_rank:
+        failing_rank(args.out)
+    else:
+        ported(args.out)
 
 
 def tensor_parallel_llama() -> dict:
@@ -105,9 +237,11 @@ def tensor_parallel_llama() -> dict:
     each rank's slice against the same slice of the whole model's)."""
     import copy
 
+    import mindspore as ms
     import transformers
 
-    from aot_ops._port.distributed import CollectiveCell, CopyCell, GatherCell, ReduceCell
+    import aot_ops
+    from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
 
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
@@ -118,8 +252,9 @@ def tensor_parallel_llama() -> dict:
     sharded = aot_ops.tensor_parallel(copy.deepcopy(whole))
     cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False})
     logits = torch.from_numpy(cell(input_ids=ms.Tensor(ids.numpy())).logits.asnumpy())
-    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather", CollectiveCell: "functional"}
-    collectives = [kinds[type(c)] for _, c in cell.cells_and_names() if type(c) in kinds]
+    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather"}
+    collectives = [kinds.get(type(c), type(c).__name__) for _, c in cell.cells_and_names()
+                   if type(c).__module__ == ReduceCell.__module__]
     result = {"llama_error": float((logits - expected).abs().max() / expected.abs().max()),
               "llama_collectives": collectives,
               "llama_parameters": sum(p.size for p in cell.get_parameters()),
@@ -171,8 +306,10 @@ def tensor_parallel_llama() -> dict:
 def tensor_parallel_checkpoint(folder: Path) -> dict:
     """A checkpoint folder (saved by the test before the job: a Llama with tied embeddings) loaded split, each rank
     reading its share (the bytes its reads asked for, /proc/self/io's rchar), then ported from it and generating."""
+    import mindspore as ms
     import transformers
 
+    import aot_ops
     from aot_ops._port.tensor_parallel import shares
 
     def read_so_far() -> int:

@@ -3,7 +3,8 @@
 Each rank of a MindSpore job (msrun) ports the same module: torch.distributed there is initialised with torch's
 fake backend at MindSpore's rank and size (torch_process_group), so that the module's functional collectives trace
 with their groups; the ported cell runs each (read/collectives.py: Collective) with MindSpore's operator
-(`ops.AllReduce`, `ops.AllGather`, `ops.Broadcast`) on MindSpore's group of the same ranks. docs/distributed.md.
+(`ops.AllReduce`, `ops.AllGather`, `ops.ReduceScatter`, `ops.AlltoAll`, `ops.Broadcast`) on MindSpore's group of
+the same ranks, with the gradient torch's autograd gives it. docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ def torch_process_group() -> tuple[int, int]:
     return rank, size
 
 
+def split_over_job(size: bool | int, where: str, argument: str = "tensor_parallel") -> tuple[int, int]:
+    """(this rank, ranks) for a model split over this job: `size` True for the job's ranks, or a number of ranks,
+    which must be the job's (a split over fewer ranks than run would leave the rest waiting in its collectives)."""
+    rank, ranks = torch_process_group()
+    if size is not True and (isinstance(size, bool) or not isinstance(size, int) or size != ranks):
+        raise PortError(f"{where}: {argument}={size!r}, but this MindSpore job has {ranks} ranks (msrun "
+                        f"--worker_num): give {argument}=True or {ranks}, or launch {size} workers")
+    return rank, ranks
+
+
 def _mindspore_rank_and_size() -> tuple[int, int]:
     from mindspore.communication import GlobalComm, get_group_size, get_rank, init
 
@@ -43,128 +54,213 @@ def _mindspore_rank_and_size() -> tuple[int, int]:
 
 _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.ReduceOp.PROD,
            "min": ops.ReduceOp.MIN, "max": ops.ReduceOp.MAX}
+ON_CPU_BY_GATHERING = ("max", "min", "product")  # MindSpore 2.10's CPU AllReduce sums whatever it is given
 
 
-def _world_group(kind: str, ranks, where: str) -> tuple[str, int]:
-    """MindSpore's group for a collective traced over torch's `ranks`, and its size: the job's world group, which
-    must be those ranks in order."""
+def _world_group(kind: str, ranks, where: str) -> tuple[str, int, int]:
+    """MindSpore's group for a collective traced over torch's `ranks`, its size and this rank's place in it: the
+    job's world group, which must be those ranks in order."""
     from mindspore.communication import GlobalComm
 
-    _rank, size = _mindspore_rank_and_size()
+    rank, size = _mindspore_rank_and_size()
     if tuple(ranks) != tuple(range(size)):
         raise PortError(f"{where}: {kind} over torch ranks {list(ranks)}, but this MindSpore job has {size} "
                         f"ranks; a ported collective runs over the whole job, its ranks in order "
                         "(sub-groups are not bridged)")
-    return GlobalComm.WORLD_COMM_GROUP, size
+    return GlobalComm.WORLD_COMM_GROUP, size, rank
 
 
 def collective_cell(kind: str, ranks: tuple, reduce_op: str | None = None, src: int | None = None,
                     where: str = "") -> ms.nn.Cell:
-    """The cell running one collective of a ported graph (read/collectives.py's kinds): torch's functional
-    collectives (CollectiveCell) or a tensor-parallel region (parallel_regions.py: ReduceCell, CopyCell,
-    GatherCell)."""
-    regions = {"tp_reduce": ReduceCell, "tp_copy": CopyCell, "tp_gather": GatherCell}
-    if kind in regions:
-        return regions[kind](ranks, src, where)
-    return CollectiveCell(kind, ranks, reduce_op, src, where)
+    """The cell running one collective of a ported graph (read/collectives.py's kinds): one of torch's functional
+    collectives, or a tensor-parallel region (parallel_regions.py), each with the gradient torch gives it."""
+    cells = {"all_reduce": AllReduceCell, "reduce_scatter_tensor": ReduceScatterCell,
+             "all_gather_into_tensor": AllGatherCell, "all_to_all_single": AllToAllCell,
+             "broadcast": BroadcastCell, "tp_reduce": ReduceCell, "tp_copy": CopyCell, "tp_gather": GatherCell}
+    if kind not in cells:
+        raise PortError(f"{where}: the collective {kind} is not bridged")
+    return cells[kind](kind, ranks, where, reduce_op=reduce_op, src=src)
 
 
 class CollectiveCell(ms.nn.Cell):
-    """One of torch's functional collectives: MindSpore's operator on the world group. Its gradient is refused with
-    a named error: torch's functional collectives have no autograd formula either (tensor-parallel layers pair them
-    with their gradients: parallel_regions.py)."""
+    """A collective on the job's world group, and what its kinds are made of: MindSpore's AllReduce (sum),
+    AllGather, ReduceScatter and AlltoAll. MindSpore 2.10's CPU backend has neither of the last two: there a
+    reduce-scatter is the all-reduce's sum sliced, an all-to-all the all-gather's pieces picked (the bytes of a
+    whole sum or gather, the right answer; docs/distributed.md), and on Ascend or GPU HCCL's and NCCL's own
+    operators run. Subclasses give the forward (construct) and torch's gradient (bprop)."""
 
-    def __init__(self, kind: str, ranks: tuple, reduce_op: str | None = None, src: int | None = None,
-                 where: str = ""):
+    def __init__(self, kind: str, ranks: tuple, where: str, reduce_op: str | None = None, src: int | None = None):
         super().__init__()
-        self.kind = kind
-        self.no_gradient = (f"{where}: a gradient through torch's {kind} is not bridged (torch's functional "
-                            "collectives have no autograd formula; tensor-parallel layers wrap them in autograd "
-                            "Functions)")
-        group, size = _world_group(kind, ranks, where)
-        self.size = size
-        self.scale = 1.0 / size if reduce_op == "avg" else None
-        # MindSpore 2.10's CPU AllReduce sums whatever reduction it is given (docs/distributed.md): there, the other
-        # reductions gather every rank's tensor and reduce it here, size times the bytes, but the right answer
-        self.gathered_reduce = (reduce_op if kind == "all_reduce" and reduce_op in ("max", "min", "product")
-                                and ms.get_context("device_target") == "CPU" else None)
-        if self.gathered_reduce is not None:
-            self.op = ops.AllGather(group)
-        elif kind == "all_reduce":
-            self.op = ops.AllReduce(_REDUCE[reduce_op], group)
-        elif kind == "all_gather_into_tensor":
-            self.op = ops.AllGather(group)
-        elif kind == "broadcast":
-            self.op = ops.Broadcast(src, group)
-        else:
-            raise PortError(f"{where}: the collective {kind} is not bridged")
+        self.group_name, self.size, self.rank = _world_group(kind, ranks, where)
+        self.where, self.reduce_op, self.src = where, reduce_op, src
+        self.on_cpu = ms.get_context("device_target") == "CPU"
+        self.sum_op = ops.AllReduce(ops.ReduceOp.SUM, self.group_name)
+        self.gather_op = ops.AllGather(self.group_name)
+        if not self.on_cpu:
+            self.scatter_op = ops.ReduceScatter(ops.ReduceOp.SUM, self.group_name)
+            self.exchange_op = ops.AlltoAll(self.size, 0, 0, self.group_name)
+
+    def all_sum(self, x):
+        return self.sum_op(x)
+
+    def all_gather(self, x):
+        """The ranks' tensors one after the other along dimension 0."""
+        return self.gather_op(x)
+
+    def reduce_scatter_sum(self, x):
+        """This rank's block of dimension 0 of the ranks' sum."""
+        if self.on_cpu:
+            rows = x.shape[0] // self.size
+            return self.sum_op(x)[self.rank * rows:(self.rank + 1) * rows]
+        return self.scatter_op(x)
+
+    def all_to_all(self, x):
+        """Block j of dimension 0 to rank j; from every rank, its block for this one, in rank order."""
+        if self.on_cpu:
+            rows = x.shape[0] // self.size
+            everyone = self.gather_op(x).reshape((self.size, self.size, rows) + x.shape[1:])  # from, to, rows
+            return everyone[:, self.rank].reshape(x.shape)
+        return self.exchange_op(x)
+
+    def reduced_over_ranks(self, x):
+        """max / min / product over the ranks, from every rank's tensor (MindSpore's CPU AllReduce only sums)."""
+        each = self.gather_op(x).reshape((self.size,) + x.shape)
+        if self.reduce_op == "max":
+            return each.max(0)
+        if self.reduce_op == "min":
+            return each.min(0)
+        return each.prod(0)
+
+
+class AllReduceCell(CollectiveCell):
+    """funcol.all_reduce. Gradient (torch's): the same all-reduce of the output's gradient, for sum and avg; none
+    for the other reductions (torch raises, and so does the port)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gathered = self.reduce_op in ON_CPU_BY_GATHERING and self.on_cpu
+        if self.reduce_op in ON_CPU_BY_GATHERING and not self.on_cpu:
+            self.reduce_other = ops.AllReduce(_REDUCE[self.reduce_op], self.group_name)
+        self.scale = 1.0 / self.size if self.reduce_op == "avg" else None
+        self.no_gradient = (f"{self.where}: all_reduce backward only supports 'sum' and 'avg' reductions, got "
+                            f"'{self.reduce_op}' (as in torch)")
 
     def construct(self, x):
-        if self.kind == "broadcast":
-            return self.op((x,))[0]
-        if self.gathered_reduce is not None:
-            each = self.op(x).reshape((self.size,) + x.shape)  # rank by rank
-            if self.gathered_reduce == "max":
-                return each.max(0)
-            if self.gathered_reduce == "min":
-                return each.min(0)
-            return each.prod(0)
-        out = self.op(x)
+        if self.reduce_op in ON_CPU_BY_GATHERING:
+            if self.gathered:
+                return self.reduced_over_ranks(x)
+            return self.reduce_other(x)
+        out = self.all_sum(x)
         if self.scale is not None:
             out = out * self.scale
         return out
 
     def bprop(self, x, out, dout):
-        raise RuntimeError(self.no_gradient)  # compiled with the graph: a builtin exception, its text made before
+        if self.reduce_op in ON_CPU_BY_GATHERING:
+            raise RuntimeError(self.no_gradient)  # compiled with the graph: a builtin exception, its text made before
+        grad = self.all_sum(dout)
+        if self.scale is not None:
+            grad = grad * self.scale
+        return (grad,)
 
 
-class ReduceCell(ms.nn.Cell):
-    """A row-parallel layer's end (parallel_regions.reduce): the ranks' partial products summed; the gradient
-    passed back as it is."""
+class ReduceScatterCell(CollectiveCell):
+    """funcol.reduce_scatter_tensor (dimension 0; torch chunks and joins around it for another). Gradient
+    (torch's): the output's gradients gathered, for sum only."""
 
-    def __init__(self, ranks: tuple, _rank: int | None = None, where: str = ""):
-        super().__init__()
-        group, _size = _world_group("reduce", ranks, where)
-        self.op = ops.AllReduce(ops.ReduceOp.SUM, group)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = 1.0 / self.size if self.reduce_op == "avg" else None
+        self.no_gradient = (f"{self.where}: reduce_scatter_tensor backward only supports 'sum' reduction, got "
+                            f"'{self.reduce_op}' (as in torch)")
+        if self.reduce_op in ON_CPU_BY_GATHERING and not self.on_cpu:
+            self.scatter_other = ops.ReduceScatter(_REDUCE[self.reduce_op], self.group_name)
 
     def construct(self, x):
-        return self.op(x)
+        if self.reduce_op in ON_CPU_BY_GATHERING:
+            if self.on_cpu:
+                rows = x.shape[0] // self.size
+                return self.reduced_over_ranks(x)[self.rank * rows:(self.rank + 1) * rows]
+            return self.scatter_other(x)
+        out = self.reduce_scatter_sum(x)
+        if self.scale is not None:
+            out = out * self.scale
+        return out
+
+    def bprop(self, x, out, dout):
+        if self.reduce_op != "sum":
+            raise RuntimeError(self.no_gradient)
+        return (self.all_gather(dout),)
+
+
+class AllGatherCell(CollectiveCell):
+    """funcol.all_gather_tensor: the ranks' tensors along dimension 0. Gradient (torch's): the output's gradient
+    reduce-scattered (summed over the ranks, this rank's block)."""
+
+    def construct(self, x):
+        return self.all_gather(x)
+
+    def bprop(self, x, out, dout):
+        return (self.reduce_scatter_sum(dout),)
+
+
+class AllToAllCell(CollectiveCell):
+    """funcol.all_to_all_single with equal splits. Gradient (torch's): the output's gradient sent back, an
+    all-to-all again."""
+
+    def construct(self, x):
+        return self.all_to_all(x)
+
+    def bprop(self, x, out, dout):
+        return (self.all_to_all(dout),)
+
+
+class BroadcastCell(CollectiveCell):
+    """funcol.broadcast from the group rank `src`. Gradient: torch 2.14 registers none for broadcast and passes the
+    output's gradient through as it is, on every rank; the port does the same."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.broadcast_op = ops.Broadcast(self.src, self.group_name)
+
+    def construct(self, x):
+        return self.broadcast_op((x,))[0]
 
     def bprop(self, x, out, dout):
         return (dout,)
 
 
-class CopyCell(ms.nn.Cell):
+class ReduceCell(CollectiveCell):
+    """A row-parallel layer's end (parallel_regions.reduce): the ranks' partial products summed; the gradient
+    passed back as it is (Megatron's: every rank computes the same loss from the summed output)."""
+
+    def construct(self, x):
+        return self.all_sum(x)
+
+    def bprop(self, x, out, dout):
+        return (dout,)
+
+
+class CopyCell(CollectiveCell):
     """A column-parallel layer's start (parallel_regions.copy): the input as it is; the gradient summed over the
     ranks, each of which sent back its slice's part."""
-
-    def __init__(self, ranks: tuple, _rank: int | None = None, where: str = ""):
-        super().__init__()
-        group, _size = _world_group("copy", ranks, where)
-        self.op = ops.AllReduce(ops.ReduceOp.SUM, group)
 
     def construct(self, x):
         return x
 
     def bprop(self, x, out, dout):
-        return (self.op(dout),)
+        return (self.all_sum(dout),)
 
 
-class GatherCell(ms.nn.Cell):
+class GatherCell(CollectiveCell):
     """A column-parallel output needed whole (parallel_regions.gather): the ranks' slices of the last dimension
     put together (MindSpore's AllGather stacks them along the first); the gradient, this rank's slice."""
 
-    def __init__(self, ranks: tuple, rank: int, where: str = ""):
-        super().__init__()
-        group, self.size = _world_group("gather", ranks, where)
-        self.position = list(ranks).index(rank)
-        self.op = ops.AllGather(group)
-
     def construct(self, x):
-        stacked = self.op(x).reshape((self.size,) + x.shape)              # rank, ..., slice
+        stacked = self.all_gather(x).reshape((self.size,) + x.shape)      # rank, ..., slice
         moved = ops.moveaxis(stacked, 0, -2)                               # ..., rank, slice
         return moved.reshape(x.shape[:-1] + (self.size * x.shape[-1],))
 
     def bprop(self, x, out, dout):
         width = x.shape[-1]
-        return (dout[..., self.position * width:(self.position + 1) * width],)
+        return (dout[..., self.rank * width:(self.rank + 1) * width],)

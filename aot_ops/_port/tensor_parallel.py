@@ -87,14 +87,14 @@ class VocabParallelEmbedding(nn.Module):
         return reduce(rows * held.unsqueeze(-1).to(rows.dtype), self.ranks)
 
 
-def tensor_parallel(model: nn.Module, plan: dict[str, str] | None = None) -> nn.Module:
+def tensor_parallel(model: nn.Module, plan: dict[str, str] | None = None, *, size: bool | int = True) -> nn.Module:
     """`model` split in place over the ranks of this MindSpore job (msrun) by its tensor-parallel plan
-    (shard_by_plan), torch.distributed set up for tracing it (distributed.torch_process_group). Port it with
-    from_torch on every rank."""
-    from .distributed import torch_process_group
+    (shard_by_plan), torch.distributed set up for tracing it (distributed.torch_process_group). `size`: True, or
+    the number of ranks, which must be the job's. Port it with from_torch on every rank."""
+    from .distributed import split_over_job
 
-    rank, size = torch_process_group()
-    return shard_by_plan(model, rank, size, plan)
+    rank, ranks = split_over_job(size, f"tensor_parallel({type(model).__name__})", "size")
+    return shard_by_plan(model, rank, ranks, plan)
 
 
 def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] | None = None) -> nn.Module:

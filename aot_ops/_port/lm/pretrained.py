@@ -39,7 +39,7 @@ log = logging.getLogger("aot_ops.port")
 
 
 def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: Any = None,
-                    tensor_parallel: bool = False) -> torch.nn.Module:
+                    tensor_parallel: bool | int = False) -> torch.nn.Module:
     """The transformers model saved in `folder` (config.json and safetensors files, as save_pretrained writes them),
     in evaluation mode, its parameters and buffers views of MindSpore Parameters holding the checkpoint's values.
 
@@ -49,9 +49,9 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
     - Port the model with share_weights=True (from_torch_lm's default) and the cell takes those Parameters without
       a copy. Tied weights stay tied. A tensor the model has and the checkpoint lacks, or one of another shape, is a
       PortError naming it; tensors the checkpoint has and the model does not are logged and skipped.
-    - `tensor_parallel=True`, on each rank of a MindSpore job (msrun): the model split over the job's ranks by its
-      own plan (aot_ops.tensor_parallel) before any weight is read; each rank reads only its share of each split
-      tensor, and the replicated ones whole (docs/distributed.md).
+    - `tensor_parallel=True` (or the job's number of ranks), on each rank of a MindSpore job (msrun): the model
+      split over the job's ranks by its own plan (aot_ops.tensor_parallel) before any weight is read; each rank
+      reads only its share of each split tensor, and the replicated ones whole (docs/distributed.md).
     """
     loading = _Loading(folder, dtype, model_class, tensor_parallel)
     loading.read()
@@ -60,7 +60,7 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
 
 def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 1, dtype: torch.dtype | None = None,
                     fuse: bool | str = True, jit: bool = True, model_class: Any = None, tokens_per_call: int = 1,
-                    tensor_parallel: bool = False):
+                    tensor_parallel: bool | int = False):
     """A causal LM from its checkpoint folder, ported, its weights read once into the cell's Parameters.
 
     - With `max_length`: a PortedLM with a key/value cache for `batch_size` sequences of up to `max_length` tokens,
@@ -124,7 +124,7 @@ def _max_positions(model) -> int:
 class _Loading:
     """The model built without weights, its Parameters made (not yet read), and what goes where."""
 
-    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any, tensor_parallel: bool = False):
+    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any, tensor_parallel: bool | int = False):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.checkpoint = Checkpoint(folder)
@@ -144,10 +144,10 @@ class _Loading:
         self.shares: dict[str, tuple[int, int, int, int]] = {}  # split tensors: what this rank reads of each
         self.split: tuple[int, int] | None = None  # (this rank, ranks) of a split model
         if tensor_parallel:
-            from ..distributed import torch_process_group
+            from ..distributed import split_over_job
             from ..tensor_parallel import shard_by_plan, shares
 
-            self.split = torch_process_group()
+            self.split = split_over_job(tensor_parallel, f"load_pretrained({folder})")
             # on the meta device: nothing read or allocated yet; tied weights stay tied (one slice)
             model = shard_by_plan(model, *self.split)
             self.shares = shares(model)

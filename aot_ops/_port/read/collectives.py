@@ -27,11 +27,12 @@ class Collective:
     """`name = <kind>(input)` over the ranks of a torch process group."""
 
     name: str
-    kind: str                  # "all_reduce", "all_gather_into_tensor", "broadcast"; "tp_reduce", "tp_copy",
-                               # "tp_gather" (parallel_regions.py: with their gradients)
+    kind: str                  # "all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor",
+                               # "all_to_all_single", "broadcast"; "tp_reduce", "tp_copy", "tp_gather"
+                               # (parallel_regions.py)
     inputs: list[str]          # the one tensor it is called with
     ranks: tuple[int, ...]     # the torch group's ranks, in its order
-    reduce_op: str | None      # all_reduce: one of REDUCE_OPS
+    reduce_op: str | None      # all_reduce, reduce_scatter_tensor: one of REDUCE_OPS
     src: int | None            # broadcast: the group rank whose tensor every rank receives; tp_gather: this rank
     module: str
     source: str
@@ -74,10 +75,35 @@ def read_collective(node: torch.fx.Node, input_name: str) -> Collective:
         if int(args[1]) != len(ranks):
             raise PortError(f"{describe(node)}: all_gather over {args[1]} ranks of a group of {len(ranks)}")
         return Collective(kind=name, ranks=ranks, reduce_op=None, src=None, **common)
+    if name == "reduce_scatter_tensor":
+        reduce_op = str(args[1]).lower()
+        if reduce_op not in REDUCE_OPS:
+            raise PortError(f"{describe(node)}: reduce_scatter_tensor with '{args[1]}' is not bridged; the "
+                            f"reductions bridged are {', '.join(REDUCE_OPS)}")
+        ranks = _ranks(node, args[3])
+        if int(args[2]) != len(ranks) or (_rows(node) or 0) % len(ranks):
+            raise PortError(f"{describe(node)}: reduce_scatter_tensor of {_rows(node)} rows over {args[2]} ranks "
+                            f"of a group of {len(ranks)}: the rows must divide by the group's size")
+        return Collective(kind=name, ranks=ranks, reduce_op=reduce_op, src=None, **common)
+    if name == "all_to_all_single":
+        ranks = _ranks(node, args[3])
+        rows, size = _rows(node), len(ranks)
+        equal = [rows // size] * size if rows is not None else None
+        if rows is None or rows % size or any(s is not None and [int(n) for n in s] != equal for s in args[1:3]):
+            raise PortError(f"{describe(node)}: all_to_all_single of {rows} rows with split sizes {args[1]} / "
+                            f"{args[2]} over {size} ranks: only equal splits of a size known when traced are "
+                            "bridged")
+        return Collective(kind=name, ranks=ranks, reduce_op=None, src=None, **common)
     if name == "broadcast":
         return Collective(kind=name, ranks=_ranks(node, args[2]), reduce_op=None, src=int(args[1]), **common)
-    raise PortError(f"{describe(node)}: the collective {name} is not bridged (MindSpore's CPU backend has no "
-                    "ReduceScatter or AlltoAll kernel; all_reduce, all_gather_into_tensor and broadcast are)")
+    raise PortError(f"{describe(node)}: the collective {name} is not bridged (all_reduce, reduce_scatter_tensor, "
+                    "all_gather_into_tensor, all_to_all_single and broadcast are)")
+
+
+def _rows(node: torch.fx.Node) -> int | None:
+    """The first dimension of a collective's input (the one it splits), None where it is a symbol."""
+    rows = node.args[0].meta["val"].shape[0]
+    return rows if isinstance(rows, int) else None
 
 
 def _ranks(node: torch.fx.Node, group_name) -> tuple[int, ...]:

@@ -71,6 +71,23 @@ class UnevenExchange(nn.Module):
         return funcol.all_to_all_single(x, splits, splits, self.group)
 
 
+class _SummedInTorch(torch.autograd.Function):
+    """Megatron's pattern with a functional collective inside a Function: refused (the Function runs in torch)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return funcol.all_reduce(x, "sum", list(range(torch.distributed.get_world_size())))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class CollectiveInFunction(nn.Module):
+    def forward(self, x):
+        return _SummedInTorch.apply(x) * 2
+
+
 def loss_weights(outputs) -> list[torch.Tensor]:
     """Fixed weights of the outputs in the loss, the same on every rank and in both runs."""
     generator = torch.Generator().manual_seed(7)
@@ -160,16 +177,23 @@ def ported(out: Path) -> None:
         except RuntimeError as exc:
             result[f"{name}_no_gradient"] = str(exc)
     ms.set_context(mode=ms.PYNATIVE_MODE)
+    # bfloat16 (MindSpore's CPU collectives have no bfloat16 kernel: they carry it as float32), against torch's
+    # float32 run within bfloat16's rounding
+    narrow = aot_ops.from_torch(TensorParallelMlp(rank, size).to(torch.bfloat16).eval(), (x.bfloat16(),))
+    result["bfloat16_errors"] = [_error(o.astype(ms.float32), e) for o, e in
+                                 zip(narrow(ms.Tensor(x.numpy()).astype(ms.bfloat16)), reference["outputs"])]
     result["torch_no_gradient"] = reference["no_gradient"]
     result["cells"] = sorted({type(c).__name__ for _, c in cell.cells_and_names() if "Cell" in type(c).__name__
                               and type(c).__module__.endswith("distributed")})
     for name, attempt in (("fused", lambda: aot_ops.from_torch(module, (x,), fuse=True)),
-                          ("uneven", lambda: aot_ops.from_torch(UnevenExchange(size), (torch.randn(4, 8),)))):
+                          ("uneven", lambda: aot_ops.from_torch(UnevenExchange(size), (torch.randn(4, 8),))),
+                          ("in_function", lambda: aot_ops.from_torch(CollectiveInFunction(), (torch.randn(4, 8),)))):
         try:
             attempt()
             result[name] = "ported"
         except aot_ops.PortError as exc:
             result[name] = str(exc)
+    result.update(split_mlp_in_graph_mode())
     result.update(tensor_parallel_llama())
     result.update(tensor_parallel_checkpoint(out / "checkpoint"))
     result.update(bad_input(out))
@@ -231,6 +255,50 @@ def main() -> None:
         ported(args.out)
 
 
+def split_mlp_in_graph_mode() -> dict:
+    """An MLP split by a plan of the user's (colwise then rowwise), its gradients in GRAPH_MODE: each rank's
+    gradient of its slices, and of the input, against the whole MLP's in torch (the regions' Megatron gradients
+    compiled into MindSpore's graph)."""
+    import copy
+
+    import mindspore as ms
+
+    import aot_ops
+
+    torch.manual_seed(0)
+    whole = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    x = inputs().requires_grad_()
+    whole(x).square().sum().backward()
+    split = aot_ops.tensor_parallel(copy.deepcopy(whole), plan={"0": "colwise", "2": "rowwise"})
+
+    class Loss(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, t):
+            return self.model(t).square().sum()
+
+    cell = aot_ops.from_torch(Loss(split), (x.detach(),))
+    params = cell.trainable_params()
+    names = [p.name for p in params]
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        loss, (x_grad, grads) = ms.value_and_grad(cell, 0, params)(ms.Tensor(x.detach().numpy()))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    from mindspore.communication import get_rank
+
+    rank, expected = get_rank(), {"x": x.grad}
+    for name, param in whole.named_parameters():
+        dim = {"0.weight": 0, "0.bias": 0, "2.weight": 1}.get(name)
+        expected["model." + name] = param.grad if dim is None else param.grad.chunk(2, dim)[rank]
+    errors = {n: _error(g, expected[n]) for n, g in zip(names, grads)}
+    errors["x"] = _error(x_grad, expected["x"])
+    return {"graph_split_mlp_loss": [float(loss.asnumpy()), float(whole(x).square().sum())],
+            "graph_split_mlp_errors": errors}
+
+
 def tensor_parallel_llama() -> dict:
     """A small transformers Llama split by its own plan (aot_ops.tensor_parallel) and ported on this rank, against
     the whole model in torch: its logits, then three SGD steps of training (losses and the first step's gradients,
@@ -243,7 +311,7 @@ def tensor_parallel_llama() -> dict:
     import aot_ops
     from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
 
-    config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
     torch.manual_seed(0)
     whole = transformers.LlamaForCausalLM(config).eval()
@@ -292,6 +360,15 @@ def tensor_parallel_llama() -> dict:
         optimizer(grads)
         torch_optimizer.step()
     result.update(llama_losses=losses, llama_gradient_errors=gradient_errors)
+    # the trained shards gathered into the whole model's state_dict, which torch loads
+    state = training.torch_state_dict()
+    reloaded = Loss(copy.deepcopy(whole))
+    reloaded.load_state_dict(state)  # strict: every key, every whole shape
+    trained = whole_loss.state_dict()
+    result["llama_gathered_error"] = max(float((v - trained[k]).abs().max() / trained[k].abs().max())
+                                         for k, v in reloaded.state_dict().items())
+    shard = training.torch_state_dict(gather=False)
+    result["llama_shard_fraction"] = sum(t.numel() for t in shard.values()) / sum(t.numel() for t in state.values())
 
     # greedy generation with the key/value cache, each rank holding its key/value heads
     prompt = ids[:, :5]

@@ -52,6 +52,22 @@ def _mindspore_rank_and_size() -> tuple[int, int]:
     return get_rank(), get_group_size()
 
 
+def gathered_whole(state: dict, split: dict) -> dict:
+    """A split model's state_dict (torch tensors) with each split tensor put together from every rank's share, in
+    rank order along its dimension (cells.cell.PortedCell.torch_state_dict). Every rank calls it."""
+    import torch
+
+    gather = ops.AllGather(_world_group("torch_state_dict", range(_mindspore_rank_and_size()[1]), "")[0])
+    whole = dict(state)
+    for key, (dim, _start, _stop, _size) in split.items():
+        share = state[key]
+        leading = share.movedim(dim, 0).contiguous().float()  # AllGather joins along dimension 0; float32 on the
+        # CPU, whose AllGather has no bfloat16 kernel (exact: float32 holds every bfloat16 and float16 value)
+        joined = torch.from_numpy(gather(ms.Tensor(leading.numpy())).asnumpy())
+        whole[key] = joined.to(share.dtype).movedim(0, dim).contiguous()
+    return type(state)(whole)
+
+
 _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.ReduceOp.PROD,
            "min": ops.ReduceOp.MIN, "max": ops.ReduceOp.MAX}
 ON_CPU_BY_GATHERING = ("max", "min", "product")  # MindSpore 2.10's CPU AllReduce sums whatever it is given
@@ -87,7 +103,8 @@ class CollectiveCell(ms.nn.Cell):
     AllGather, ReduceScatter and AlltoAll. MindSpore 2.10's CPU backend has neither of the last two: there a
     reduce-scatter is the all-reduce's sum sliced, an all-to-all the all-gather's pieces picked (the bytes of a
     whole sum or gather, the right answer; docs/distributed.md), and on Ascend or GPU HCCL's and NCCL's own
-    operators run. Subclasses give the forward (construct) and torch's gradient (bprop)."""
+    operators run. Subclasses give the forward (`forward`) and torch's gradient (`backward`, of the output's
+    gradient alone: none of torch's formulas needs the input)."""
 
     def __init__(self, kind: str, ranks: tuple, where: str, reduce_op: str | None = None, src: int | None = None):
         super().__init__()
@@ -100,6 +117,19 @@ class CollectiveCell(ms.nn.Cell):
             self.scatter_op = ops.ReduceScatter(ops.ReduceOp.SUM, self.group_name)
             self.exchange_op = ops.AlltoAll(self.size, 0, 0, self.group_name)
 
+    # MindSpore 2.10's CPU AllReduce, AllGather and Broadcast (and Reshape, around them) have no bfloat16 or
+    # float16 kernel: there a collective runs in float32 and rounds its result once (a sum of two is then the
+    # narrow type's own sum; of more, a closer one)
+    def construct(self, x):
+        if self.on_cpu and x.dtype in (ms.bfloat16, ms.float16):
+            return self.forward(x.astype(ms.float32)).astype(x.dtype)
+        return self.forward(x)
+
+    def bprop(self, x, out, dout):
+        if self.on_cpu and dout.dtype in (ms.bfloat16, ms.float16):
+            return (self.backward(dout.astype(ms.float32)).astype(dout.dtype),)
+        return (self.backward(dout),)
+
     def all_sum(self, x):
         return self.sum_op(x)
 
@@ -111,20 +141,20 @@ class CollectiveCell(ms.nn.Cell):
         """This rank's block of dimension 0 of the ranks' sum."""
         if self.on_cpu:
             rows = x.shape[0] // self.size
-            return self.sum_op(x)[self.rank * rows:(self.rank + 1) * rows]
+            return self.all_sum(x)[self.rank * rows:(self.rank + 1) * rows]
         return self.scatter_op(x)
 
     def all_to_all(self, x):
         """Block j of dimension 0 to rank j; from every rank, its block for this one, in rank order."""
         if self.on_cpu:
             rows = x.shape[0] // self.size
-            everyone = self.gather_op(x).reshape((self.size, self.size, rows) + x.shape[1:])  # from, to, rows
+            everyone = self.all_gather(x).reshape((self.size, self.size, rows) + x.shape[1:])  # from, to, rows
             return everyone[:, self.rank].reshape(x.shape)
         return self.exchange_op(x)
 
     def reduced_over_ranks(self, x):
         """max / min / product over the ranks, from every rank's tensor (MindSpore's CPU AllReduce only sums)."""
-        each = self.gather_op(x).reshape((self.size,) + x.shape)
+        each = self.all_gather(x).reshape((self.size,) + x.shape)
         if self.reduce_op == "max":
             return each.max(0)
         if self.reduce_op == "min":
@@ -145,7 +175,7 @@ class AllReduceCell(CollectiveCell):
         self.no_gradient = (f"{self.where}: all_reduce backward only supports 'sum' and 'avg' reductions, got "
                             f"'{self.reduce_op}' (as in torch)")
 
-    def construct(self, x):
+    def forward(self, x):
         if self.reduce_op in ON_CPU_BY_GATHERING:
             if self.gathered:
                 return self.reduced_over_ranks(x)
@@ -155,13 +185,13 @@ class AllReduceCell(CollectiveCell):
             out = out * self.scale
         return out
 
-    def bprop(self, x, out, dout):
+    def backward(self, dout):
         if self.reduce_op in ON_CPU_BY_GATHERING:
             raise RuntimeError(self.no_gradient)  # compiled with the graph: a builtin exception, its text made before
         grad = self.all_sum(dout)
         if self.scale is not None:
             grad = grad * self.scale
-        return (grad,)
+        return grad
 
 
 class ReduceScatterCell(CollectiveCell):
@@ -176,7 +206,7 @@ class ReduceScatterCell(CollectiveCell):
         if self.reduce_op in ON_CPU_BY_GATHERING and not self.on_cpu:
             self.scatter_other = ops.ReduceScatter(_REDUCE[self.reduce_op], self.group_name)
 
-    def construct(self, x):
+    def forward(self, x):
         if self.reduce_op in ON_CPU_BY_GATHERING:
             if self.on_cpu:
                 rows = x.shape[0] // self.size
@@ -187,32 +217,32 @@ class ReduceScatterCell(CollectiveCell):
             out = out * self.scale
         return out
 
-    def bprop(self, x, out, dout):
+    def backward(self, dout):
         if self.reduce_op != "sum":
             raise RuntimeError(self.no_gradient)
-        return (self.all_gather(dout),)
+        return self.all_gather(dout)
 
 
 class AllGatherCell(CollectiveCell):
     """funcol.all_gather_tensor: the ranks' tensors along dimension 0. Gradient (torch's): the output's gradient
     reduce-scattered (summed over the ranks, this rank's block)."""
 
-    def construct(self, x):
+    def forward(self, x):
         return self.all_gather(x)
 
-    def bprop(self, x, out, dout):
-        return (self.reduce_scatter_sum(dout),)
+    def backward(self, dout):
+        return self.reduce_scatter_sum(dout)
 
 
 class AllToAllCell(CollectiveCell):
     """funcol.all_to_all_single with equal splits. Gradient (torch's): the output's gradient sent back, an
     all-to-all again."""
 
-    def construct(self, x):
+    def forward(self, x):
         return self.all_to_all(x)
 
-    def bprop(self, x, out, dout):
-        return (self.all_to_all(dout),)
+    def backward(self, dout):
+        return self.all_to_all(dout)
 
 
 class BroadcastCell(CollectiveCell):
@@ -223,44 +253,44 @@ class BroadcastCell(CollectiveCell):
         super().__init__(*args, **kwargs)
         self.broadcast_op = ops.Broadcast(self.src, self.group_name)
 
-    def construct(self, x):
+    def forward(self, x):
         return self.broadcast_op((x,))[0]
 
-    def bprop(self, x, out, dout):
-        return (dout,)
+    def backward(self, dout):
+        return dout
 
 
 class ReduceCell(CollectiveCell):
     """A row-parallel layer's end (parallel_regions.reduce): the ranks' partial products summed; the gradient
     passed back as it is (Megatron's: every rank computes the same loss from the summed output)."""
 
-    def construct(self, x):
+    def forward(self, x):
         return self.all_sum(x)
 
-    def bprop(self, x, out, dout):
-        return (dout,)
+    def backward(self, dout):
+        return dout
 
 
 class CopyCell(CollectiveCell):
     """A column-parallel layer's start (parallel_regions.copy): the input as it is; the gradient summed over the
     ranks, each of which sent back its slice's part."""
 
-    def construct(self, x):
+    def forward(self, x):
         return x
 
-    def bprop(self, x, out, dout):
-        return (self.all_sum(dout),)
+    def backward(self, dout):
+        return self.all_sum(dout)
 
 
 class GatherCell(CollectiveCell):
     """A column-parallel output needed whole (parallel_regions.gather): the ranks' slices of the last dimension
     put together (MindSpore's AllGather stacks them along the first); the gradient, this rank's slice."""
 
-    def construct(self, x):
+    def forward(self, x):
         stacked = self.all_gather(x).reshape((self.size,) + x.shape)      # rank, ..., slice
         moved = ops.moveaxis(stacked, 0, -2)                               # ..., rank, slice
         return moved.reshape(x.shape[:-1] + (self.size * x.shape[-1],))
 
-    def bprop(self, x, out, dout):
-        width = x.shape[-1]
-        return (dout[..., self.rank * width:(self.rank + 1) * width],)
+    def backward(self, dout):
+        width = dout.shape[-1] // self.size
+        return dout[..., self.rank * width:(self.rank + 1) * width]

@@ -63,6 +63,9 @@ class PortSpec:
     compile_on_first_use: bool = False          # fuse="compile": each mode's programs compiled when it first runs
     jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
     functions: tuple = ()                      # functions.FunctionOperator the graphs call: they live as the cell
+    # a model split over the job's ranks (tensor_parallel.py): state_dict key -> (dimension, this rank's start and
+    # stop, whole size) of each split tensor, which torch_state_dict gathers
+    split: dict = field(default_factory=dict)
 
 
 class StateWrite(nn.Cell):
@@ -269,10 +272,17 @@ class PortedCell(nn.Cell):
 
     # ---- weights both ways -------------------------------------------------------------------------------------
 
-    def torch_state_dict(self) -> "collections.OrderedDict[str, torch.Tensor]":
+    def torch_state_dict(self, gather: bool = True) -> "collections.OrderedDict[str, torch.Tensor]":
         """The module's state_dict (same keys, torch tensors) with this cell's current values: load it into the
-        torch module with module.load_state_dict."""
-        return torch_state_dict(self._parameters, self._spec.state)
+        torch module with module.load_state_dict. A model split over the job's ranks (aot_ops.tensor_parallel):
+        every split tensor gathered whole from the ranks, the whole model's state_dict, which every rank must ask
+        for (a collective); `gather=False`: this rank's shard."""
+        state = torch_state_dict(self._parameters, self._spec.state)
+        if gather and self._spec.split:
+            from ..distributed import gathered_whole
+
+            state = gathered_whole(state, self._spec.split)
+        return state
 
     def load_torch_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> IncompatibleKeys:
         """Copies a torch state_dict (of the ported module, e.g. a checkpoint) into this cell's Parameters.

@@ -36,10 +36,17 @@ def cell(model: torch.nn.Module, plan: Plan, input_grads: bool, fuse: bool | str
         no_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_on_first_use=fuse == "compile", jit=jit,
-        functions=tuple({f for use in plan.uses.values() for f in use.functions}))
+        functions=tuple({f for use in plan.uses.values() for f in use.functions}),
+        split=_split(model) if any(g.collectives for g in graphs.values()) else {})
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
+
+
+def _split(model: torch.nn.Module) -> dict:
+    from ..tensor_parallel import shares
+
+    return shares(model)
 
 
 def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, torch.Tensor]]:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..._core.torch_private import OpOverload, detect_fake_mode, is_alias_of
+from ..._core.torch_private import OpOverload, TorchDispatchMode, collective_name, detect_fake_mode, is_alias_of
 from ..._core.while_used import WhileUsed
 
 NAMESPACE = "aot_ops_fn"
@@ -128,13 +128,35 @@ def _uses_setup_context(function: type) -> bool:
 def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any]:
     ctx = _Context(needs_input_grad, app.label)
     args = app.arguments(tensors)
-    with torch.no_grad():
+    # traced (fake tensors: while exporting), a collective in the forward is refused; run, nothing is watched
+    watch = _NoCollectives(app) if detect_fake_mode(list(tensors)) is not None else contextlib.nullcontext()
+    with torch.no_grad(), watch:
         if _uses_setup_context(app.function):
             output = app.function.forward(*args)
             app.function.setup_context(ctx, tuple(args), output)
         else:
             output = app.function.forward(ctx, *args)
     return ctx, output
+
+
+class _NoCollectives(TorchDispatchMode):
+    """A Function's forward runs in torch, one aot call: a collective of torch's there would run on torch's process
+    group, which only traces (distributed.torch_process_group), and communicate nothing. Refused by name."""
+
+    def __init__(self, app: Application):
+        super().__init__()
+        self.app = app
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = collective_name(func)
+        if name is not None and name != "wait_tensor":
+            from ..errors import PortError
+            raise PortError(f"{self.app.label} calls torch's {name} in its forward: a torch.autograd.Function runs "
+                            "in torch, whose process group only traces here, so the collective would not "
+                            "communicate; call the functional collective outside the Function (torch gives it its "
+                            "gradient, and the port runs it as MindSpore's), or split the model with "
+                            "aot_ops.tensor_parallel")
+        return func(*args, **(kwargs or {}))
 
 
 def _flat_outputs(app: Application, output, inputs) -> list[torch.Tensor]:

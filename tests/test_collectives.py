@@ -126,7 +126,7 @@ def test_a_rank_that_fails_ends_the_job_without_leaving_the_other_waiting(checkp
     elapsed = time.monotonic() - start
     assert launched.returncode != 0
     assert "is listed by the index but missing" in (tmp_path / "logs" / "worker_1.log").read_text(errors="replace")
-    # (whether rank 0 is killed inside its all-reduce or, once seen in eight runs, its collectives return and msrun
+    # (whether rank 0 is killed inside its all-reduce or, once seen in nine runs, its collectives return and msrun
     # ends it after: docs/distributed.md)
     assert elapsed < 120, elapsed  # start-up (~15 s), the failure, the node timeout
 

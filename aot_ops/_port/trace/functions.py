@@ -125,11 +125,11 @@ def _uses_setup_context(function: type) -> bool:
     return function.setup_context is not torch.autograd.Function.setup_context
 
 
-def _forward(app: Application, tensors, needs_input_grad) -> tuple[_Context, Any]:
+def _forward(app: Application, tensors, needs_input_grad, traced: bool = False) -> tuple[_Context, Any]:
     ctx = _Context(needs_input_grad, app.label)
     args = app.arguments(tensors)
-    # traced (fake tensors: while exporting), a collective in the forward is refused; run, nothing is watched
-    watch = _NoCollectives(app) if detect_fake_mode(list(tensors)) is not None else contextlib.nullcontext()
+    # traced (the fake kernel, while exporting), a collective in the forward is refused; run, nothing is watched
+    watch = _NoCollectives(app) if traced else contextlib.nullcontext()
     with torch.no_grad(), watch:
         if _uses_setup_context(app.function):
             output = app.function.forward(*args)
@@ -218,10 +218,10 @@ class _Outcome:
     returns_tuple = False
 
 
-def _kernel(app: Application, outcome: _Outcome) -> Callable:
+def _kernel(app: Application, outcome: _Outcome, traced: bool = False) -> Callable:
     @_no_collection_off_the_main_thread()
     def kernel(*tensors):
-        _ctx, output = _forward(app, tensors, (False,) * len(app.template))
+        _ctx, output = _forward(app, tensors, (False,) * len(app.template), traced)
         outcome.returns_tuple = isinstance(output, (tuple, list))
         return _flat_outputs(app, output, tensors)
     return kernel
@@ -348,7 +348,7 @@ def _register(library: torch.library.Library, name: str, app: Application, num_t
     qualified = f"{NAMESPACE}::{name}"
     library.define(f"{name}({params}) -> Tensor[]")
     library.impl(name, _kernel(app, outcome), "CompositeExplicitAutograd")
-    torch.library.register_fake(qualified, _kernel(app, outcome), lib=library)
+    torch.library.register_fake(qualified, _kernel(app, outcome, traced=True), lib=library)
     library.define(f"{name}_replay({params}) -> Tensor[]")
     library.impl(f"{name}_replay", _replay_kernel(app), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{qualified}_replay", _replay_kernel(app), lib=library)

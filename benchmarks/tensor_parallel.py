@@ -14,7 +14,7 @@ calls `aot_ops.from_pretrained(folder, max_length=..., fuse=False, dtype=..., te
 - the bytes its reads asked for (`rchar` of /proc/self/io around from_pretrained) against its share (its slices
   of the split tensors, the replicated ones whole) and the checkpoint's size;
 - its resident peak above the process before from_pretrained (the weights are read into private memory; nothing
-  is mapped), against the checkpoint's weights / N;
+  is mapped), against the weights it holds (1/N of the split tensors, the replicated ones whole);
 - its tokens; where they differ from torch's, the step and both margins (a near tie within the dtype's rounding);
   and its first step's logits against torch's (largest difference over the largest logit).
 """
@@ -176,9 +176,7 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         folder = checkpoint(args.root, name)
         tiny = _tiny_checkpoint(args.root, name)
-        size = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
-        if args.dtype == "float32":
-            size *= 2  # held as float32
+        size = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))  # bfloat16 on disk
         work = tempfile.mkdtemp(prefix=f"tp_{name}_")
         logits_file = os.path.join(work, "torch_logits.pt")
         reference = json.loads(subprocess.run(
@@ -186,7 +184,7 @@ def main(argv=None) -> int:
              f"import tensor_parallel as t; print(json.dumps(t.torch_reference({folder!r}, {args.tokens}, "
              f"{args.dtype!r}, {logits_file!r})))"],
             check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        print(f"{name} ({args.dtype}): {size / 1e9:.2f} GB of weights; torch's tokens {reference['tokens']}",
+        print(f"{name} ({args.dtype}): a checkpoint of {size / 1e9:.2f} GB; torch's tokens {reference['tokens']}",
               flush=True)
         for ranks in (int(n) for n in args.ranks.split(",")):
             out = os.path.join(work, f"ranks{ranks}")
@@ -210,9 +208,10 @@ def main(argv=None) -> int:
                     f"the port's {row['margins'][first]:.4f})")
                 print(f"    rank {r}: read {row['read'] / 1e9:.3f} GB (its share {row['share'] / 1e9:.3f} GB, "
                       f"{row['read'] / size:.1%} of the checkpoint); holds {row['held'] / 1e9:.3f} GB; "
-                      f"peak {row['peak'] / 1e9:.3f} GB = {row['peak'] * ranks / size:.2f}x weights/{ranks}; "
+                      f"peak {row['peak'] / 1e9:.3f} GB = {row['peak'] / row['held']:.2f}x its weights; "
                       f"tokens {tokens}; first logits within {row['logits_error']:.1e}; from_pretrained {row['from_pretrained_s']:.0f} s, {args.tokens} tokens "
                       f"{row['decode_s']:.0f} s", flush=True)
+    print(f"uptime at the end: {os.getloadavg()}", flush=True)
     return 0
 
 

@@ -406,7 +406,11 @@ def tensor_parallel_checkpoint(folder: Path) -> dict:
     theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
     lm = aot_ops.from_pretrained(folder, max_length=16, batch_size=2, fuse=False, tensor_parallel=True)
     ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=6)
-    return {"checkpoint_read": read, "checkpoint_share": expected, "checkpoint_replicated": replicated,
+    from aot_ops._port.distributed import GatherCell, ReduceCell
+
+    talking = [{ReduceCell: "reduce", GatherCell: "gather"}[type(c)] for _, c in lm.cell.cells_and_names()
+               if type(c) in (ReduceCell, GatherCell)]
+    return {"checkpoint_collectives": talking,"checkpoint_read": read, "checkpoint_share": expected, "checkpoint_replicated": replicated,
             "checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
             "checkpoint_generated": ours.asnumpy().tolist(), "checkpoint_torch_generated": theirs.tolist()}
 

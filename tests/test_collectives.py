@@ -39,12 +39,12 @@ def _logs(out: Path) -> str:
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
-    """A tied Llama saved in two shards (read by the ranks, split), and a copy of its folder missing one shard."""
+    """A tied Llama (4 layers) saved in two shards (read by the ranks, split), and a copy of its folder missing one shard."""
     out = tmp_path_factory.mktemp("collectives")
     import torch
     import transformers
 
-    config = transformers.LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+    config = transformers.LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(out / "checkpoint", max_shard_size="6MB")
@@ -187,3 +187,5 @@ def test_each_rank_reads_its_share_of_a_checkpoint_and_generates_torchs_tokens(r
         assert result["checkpoint_share"] <= result["checkpoint_read"] <= result["checkpoint_share"] + (128 << 10)
         assert result["checkpoint_share"] <= result["checkpoint_bytes"] / 2 + result["checkpoint_replicated"]
         assert result["checkpoint_generated"] == result["checkpoint_torch_generated"]
+        # from_pretrained exports two of the 4 layers and writes the others into the graph: their collectives too
+        assert result["checkpoint_collectives"] == ["reduce"] * (2 * 4 + 1) + ["gather"]

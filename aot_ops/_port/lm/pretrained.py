@@ -87,14 +87,11 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     # a split model's plan is its rank's: its graph holds the rank's vocabulary offset and slice
     plan_key = plan_cache.key(loading.model, dict(cell=cell_kind, max_length=max_length, batch_size=batch_size,
                                                   fuse=fuse, jit=jit, split=loading.split))
-    # export_two_layers (layer_stack.py: two alike layers exported, the rest written into the graph) is not taken
-    # with tensor_parallel: the layer copies do not carry the collectives yet
-    two_layers = not tensor_parallel
     try:
         if max_length is not None:
             ported = port_lm(loading.model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
                              share_weights=True, plan_key=plan_key, tokens_per_call=tokens_per_call,
-                             export_two_layers=two_layers)
+                             export_two_layers=True)
         else:
             ids = torch.zeros(2, 2, dtype=torch.long)  # (a size of 1 would be taken for a constant by export)
             sizes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=_max_positions(loading.model))}
@@ -104,7 +101,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
                           no_training=f"{type(loading.model).__name__} was ported from its checkpoint for "
                                           "evaluation (from_pretrained): load it with aot_ops.load_pretrained and "
                                           "port it with from_torch to train it", share_weights=True,
-                          plan_key=plan_key, export_two_layers=two_layers)
+                          plan_key=plan_key, export_two_layers=True)
     except BaseException:
         reading.cancel()  # the port's error is the one to see, without waiting for the rest of the files
         raise

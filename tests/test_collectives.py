@@ -47,7 +47,7 @@ def checkpoints(tmp_path_factory) -> Path:
     config = transformers.LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(out / "checkpoint", max_shard_size="6MB")
+    transformers.LlamaForCausalLM(config).save_pretrained(out / "checkpoint", max_shard_size="10MB")
     shards = sorted((out / "checkpoint").glob("*.safetensors"))
     assert len(shards) == 2
     (out / "missing_shard").mkdir()

@@ -56,16 +56,17 @@ def gathered_whole(state: dict, split: dict) -> dict:
     """A split model's state_dict (torch tensors) with each split tensor put together from every rank's share, in
     rank order along its dimension (cells.cell.PortedCell.torch_state_dict). Every rank calls it."""
     import torch
+    from mindspore.communication import GlobalComm
 
-    gather = ops.AllGather(_world_group("torch_state_dict", range(_mindspore_rank_and_size()[1]), "")[0])
-    whole = dict(state)
+    gather = ops.AllGather(GlobalComm.WORLD_COMM_GROUP)
+    whole = type(state)(state)  # the same keys in the same order, the split ones replaced
     for key, (dim, _start, _stop, _size) in split.items():
         share = state[key]
         leading = share.movedim(dim, 0).contiguous().float()  # AllGather joins along dimension 0; float32 on the
         # CPU, whose AllGather has no bfloat16 kernel (exact: float32 holds every bfloat16 and float16 value)
         joined = torch.from_numpy(gather(ms.Tensor(leading.numpy())).asnumpy())
         whole[key] = joined.to(share.dtype).movedim(0, dim).contiguous()
-    return type(state)(whole)
+    return whole
 
 
 _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.ReduceOp.PROD,
@@ -137,11 +138,15 @@ class CollectiveCell(ms.nn.Cell):
         """The ranks' tensors one after the other along dimension 0."""
         return self.gather_op(x)
 
+    def own_block(self, x):
+        """This rank's block of dimension 0 (of `size` equal blocks)."""
+        rows = x.shape[0] // self.size
+        return x[self.rank * rows:(self.rank + 1) * rows]
+
     def reduce_scatter_sum(self, x):
         """This rank's block of dimension 0 of the ranks' sum."""
         if self.on_cpu:
-            rows = x.shape[0] // self.size
-            return self.all_sum(x)[self.rank * rows:(self.rank + 1) * rows]
+            return self.own_block(self.all_sum(x))
         return self.scatter_op(x)
 
     def all_to_all(self, x):
@@ -162,60 +167,62 @@ class CollectiveCell(ms.nn.Cell):
         return each.prod(0)
 
 
-class AllReduceCell(CollectiveCell):
+class _ReducingCell(CollectiveCell):
+    """A reduction over the ranks by `reduce_op`: sum and avg (a sum scaled) with AllReduce's sum, max / min /
+    product gathered and reduced on the CPU (whose AllReduce only sums), HCCL's and NCCL's own elsewhere."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = 1.0 / self.size if self.reduce_op == "avg" else None
+        self.by_gathering = self.reduce_op in ON_CPU_BY_GATHERING
+
+    def scaled(self, x):
+        if self.scale is not None:
+            return x * self.scale
+        return x
+
+
+class AllReduceCell(_ReducingCell):
     """funcol.all_reduce. Gradient (torch's): the same all-reduce of the output's gradient, for sum and avg; none
     for the other reductions (torch raises, and so does the port)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.gathered = self.reduce_op in ON_CPU_BY_GATHERING and self.on_cpu
-        if self.reduce_op in ON_CPU_BY_GATHERING and not self.on_cpu:
+        if self.by_gathering and not self.on_cpu:
             self.reduce_other = ops.AllReduce(_REDUCE[self.reduce_op], self.group_name)
-        self.scale = 1.0 / self.size if self.reduce_op == "avg" else None
         self.no_gradient = (f"{self.where}: all_reduce backward only supports 'sum' and 'avg' reductions, got "
                             f"'{self.reduce_op}' (as in torch)")
 
     def forward(self, x):
-        if self.reduce_op in ON_CPU_BY_GATHERING:
-            if self.gathered:
+        if self.by_gathering:
+            if self.on_cpu:
                 return self.reduced_over_ranks(x)
             return self.reduce_other(x)
-        out = self.all_sum(x)
-        if self.scale is not None:
-            out = out * self.scale
-        return out
+        return self.scaled(self.all_sum(x))
 
     def backward(self, dout):
-        if self.reduce_op in ON_CPU_BY_GATHERING:
+        if self.by_gathering:
             raise RuntimeError(self.no_gradient)  # compiled with the graph: a builtin exception, its text made before
-        grad = self.all_sum(dout)
-        if self.scale is not None:
-            grad = grad * self.scale
-        return grad
+        return self.scaled(self.all_sum(dout))
 
 
-class ReduceScatterCell(CollectiveCell):
+class ReduceScatterCell(_ReducingCell):
     """funcol.reduce_scatter_tensor (dimension 0; torch chunks and joins around it for another). Gradient
     (torch's): the output's gradients gathered, for sum only."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.scale = 1.0 / self.size if self.reduce_op == "avg" else None
+        if self.by_gathering and not self.on_cpu:
+            self.scatter_other = ops.ReduceScatter(_REDUCE[self.reduce_op], self.group_name)
         self.no_gradient = (f"{self.where}: reduce_scatter_tensor backward only supports 'sum' reduction, got "
                             f"'{self.reduce_op}' (as in torch)")
-        if self.reduce_op in ON_CPU_BY_GATHERING and not self.on_cpu:
-            self.scatter_other = ops.ReduceScatter(_REDUCE[self.reduce_op], self.group_name)
 
     def forward(self, x):
-        if self.reduce_op in ON_CPU_BY_GATHERING:
+        if self.by_gathering:
             if self.on_cpu:
-                rows = x.shape[0] // self.size
-                return self.reduced_over_ranks(x)[self.rank * rows:(self.rank + 1) * rows]
+                return self.own_block(self.reduced_over_ranks(x))
             return self.scatter_other(x)
-        out = self.reduce_scatter_sum(x)
-        if self.scale is not None:
-            out = out * self.scale
-        return out
+        return self.scaled(self.reduce_scatter_sum(x))
 
     def backward(self, dout):
         if self.reduce_op != "sum":

@@ -86,14 +86,14 @@ def _start_measuring() -> tuple[int, int]:
     return status_bytes("VmRSS"), _anonymous()
 
 
-def _prompt():
+def prompt():
     import torch
 
     torch.manual_seed(0)
     return torch.randint(2, 30000, (1, 12))
 
 
-def _margin(logits) -> float:
+def margin(logits) -> float:
     import torch
 
     top = torch.topk(logits.float().reshape(-1), 2).values
@@ -140,7 +140,7 @@ def measure_port(folder: str) -> dict:
     weights = sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name)
     row = {"weights_GB": weights / 1e9, "from_pretrained_s": seconds, "imports_s": imports, **phases,
            "peak": (status_bytes("VmHWM") - rss) / weights, "private_after": (_anonymous() - anonymous) / weights}
-    ids = _prompt()
+    ids = prompt()
     ours = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=8))[0, 12:].tolist()
     port_margins = _port_margins(lm, ids, ours)
     del lm
@@ -154,7 +154,7 @@ def measure_port(folder: str) -> dict:
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                                  pad_token_id=0, output_logits=True, return_dict_in_generate=True,
                                  **({"cache_implementation": "static"} if cache == "static" else {}))
-        references[cache] = (out.sequences[0, 12:].tolist(), [_margin(step) for step in out.logits])
+        references[cache] = (out.sequences[0, 12:].tolist(), [margin(step) for step in out.logits])
     row.update(tokens=ours, torch_dynamic=references["dynamic"][0], torch_static=references["static"][0])
     first = next((k for k, (a, b) in enumerate(zip(ours, references["dynamic"][0])) if a != b), None)
     if first is not None:
@@ -164,8 +164,13 @@ def measure_port(folder: str) -> dict:
 
 
 def _port_margins(lm, ids, tokens) -> list[float]:
-    """The port's logit margin at each step of the greedy decoding that gave `tokens` (the same calls generate
-    makes: the prompt, then one token at a time)."""
+    """The port's logit margin at each step of the greedy decoding that gave `tokens`."""
+    return [margin(logits) for logits in port_step_logits(lm, ids, tokens)]
+
+
+def port_step_logits(lm, ids, tokens) -> list:
+    """The port's logits at each step of the greedy decoding that gave `tokens` (the same calls generate makes: the
+    prompt, then one token at a time); the cell answers the last position's."""
     import torch
 
     from aot_ops._core.convert import to_ms, to_torch
@@ -174,14 +179,13 @@ def _port_margins(lm, ids, tokens) -> list[float]:
     mask = torch.zeros(1, lm.max_length, dtype=torch.long)
     mask[:, :length] = 1
     x, positions, cache_positions = ids, torch.arange(length)[None], torch.arange(length)
-    margins = []
+    steps = []
     for step, token in enumerate(tokens):
-        logits = to_torch(lm.cell(to_ms(x), to_ms(mask), to_ms(positions), to_ms(cache_positions)))
-        margins.append(_margin(logits))
+        steps.append(to_torch(lm.cell(to_ms(x), to_ms(mask), to_ms(positions), to_ms(cache_positions))))
         n = length + step
         mask[:, n] = 1
         x, positions, cache_positions = torch.tensor([[token]]), torch.tensor([[n]]), torch.tensor([n])
-    return margins
+    return steps
 
 
 def measure_lora(folder: str, steps: int = 3) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _memory import reset_peak, status_bytes  # noqa: E402
-from port_pretrained import MODELS, checkpoint  # noqa: E402
+from port_pretrained import MODELS, checkpoint, margin, port_step_logits, prompt  # noqa: E402
 
 MODELS = dict(MODELS, **{  # a Qwen2 whose 16 heads and 4 key/value heads split over 2 and 4 ranks (Qwen2-0.5B's
     # 14 heads and 2 key/value heads do not split over 4: a named error)
@@ -39,21 +39,7 @@ MODELS = dict(MODELS, **{  # a Qwen2 whose 16 heads and 4 key/value heads split 
                                        num_key_value_heads=4, intermediate_size=4864, vocab_size=151936,
                                        tie_word_embeddings=True)),
 })
-PROMPT = 12
-
-
-def _prompt():
-    import torch
-
-    torch.manual_seed(0)
-    return torch.randint(2, 30000, (1, PROMPT))
-
-
-def _margin(logits) -> float:
-    import torch
-
-    top = torch.topk(logits.float().reshape(-1), 2).values
-    return float(top[0] - top[1])
+PROMPT = 12  # port_pretrained.prompt()'s tokens
 
 
 def _read_bytes() -> int:
@@ -66,38 +52,18 @@ def torch_reference(folder: str, tokens: int, dtype: str, logits_file: str) -> d
 
     torch.set_num_threads(os.cpu_count() or 1)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
-    ids = _prompt()
+    ids = prompt()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False,
                              pad_token_id=0, output_logits=True, return_dict_in_generate=True)
     torch.save(out.logits[0].float(), logits_file)
-    return {"tokens": out.sequences[0, PROMPT:].tolist(), "margins": [_margin(step) for step in out.logits]}
-
-
-def _port_margins(lm, tokens: list[int]):
-    """The port's logit margin at each step of the greedy decoding that gave `tokens` (the calls generate makes:
-    the prompt, then one token at a time), and its first step's logits."""
-    import torch
-
-    from aot_ops._core.convert import to_ms, to_torch
-
-    ids = _prompt()
-    mask = torch.zeros(1, lm.max_length, dtype=torch.long)
-    mask[:, :PROMPT] = 1
-    x, positions, cache_positions = ids, torch.arange(PROMPT)[None], torch.arange(PROMPT)
-    margins, first = [], None
-    for step, token in enumerate(tokens):
-        logits = to_torch(lm.cell(to_ms(x), to_ms(mask), to_ms(positions), to_ms(cache_positions))).float()
-        first = logits.reshape(-1, logits.shape[-1])[-1] if first is None else first
-        margins.append(_margin(logits[..., -1, :]))
-        n = PROMPT + step
-        mask[:, n] = 1
-        x, positions, cache_positions = torch.tensor([[token]]), torch.tensor([[n]]), torch.tensor([n])
-    return margins, first
+    return {"tokens": out.sequences[0, PROMPT:].tolist(), "margins": [margin(step) for step in out.logits]}
 
 
 def rank_run(folder: str, tiny: str, tokens: int, dtype: str, out: str) -> None:
     """One rank of the msrun job."""
+    import gc
+
     import torch
 
     import aot_ops
@@ -108,9 +74,7 @@ def rank_run(folder: str, tiny: str, tokens: int, dtype: str, out: str) -> None:
     rank, size = aot_ops.torch_process_group()
     # what a first port imports (torch.export, the model's modules, ...) read outside the measurement
     aot_ops.generate(aot_ops.from_pretrained(tiny, max_length=PROMPT + 2, fuse=False, tensor_parallel=size),
-                     aot_ops._core.convert.to_ms(_prompt()), max_new_tokens=2)
-    import gc
-
+                     to_ms(prompt()), max_new_tokens=2)
     gc.collect()
     reset_peak()
     rss, read = status_bytes("VmRSS"), _read_bytes()
@@ -121,11 +85,12 @@ def rank_run(folder: str, tiny: str, tokens: int, dtype: str, out: str) -> None:
     read = _read_bytes() - read
     held = sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name)
     start = time.perf_counter()
-    ids = _prompt()
+    ids = prompt()
     ours = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=tokens))[0, PROMPT:].tolist()
     decode = time.perf_counter() - start
     peak = status_bytes("VmHWM") - rss
-    margins, first_logits = _port_margins(lm, ours)
+    steps = port_step_logits(lm, ids, ours)
+    margins, first_logits = [margin(logits) for logits in steps], steps[0].float().reshape(-1)
     reference = torch.load(Path(out).parent / "torch_logits.pt")[0]
     logits_error = float((first_logits - reference).abs().max() / reference.abs().max())
     # its share as the checkpoint stores it (a split tensor's slice, a replicated one whole): the pieces the

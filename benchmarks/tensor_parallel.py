@@ -2,14 +2,15 @@
 single-process torch, at 2 and 4 ranks (msrun CPU workers on this machine: speed is not judged, bytes are).
 
     .venv/bin/python benchmarks/tensor_parallel.py [--models llama-1b,qwen2-0.6b] [--ranks 2,4] [--tokens 32]
-                                                   [--dtype bfloat16|float32] [--root DIR]
+                                                   [--dtype bfloat16|float32] [--fuse true|false] [--root DIR]
 
 Each model is a checkpoint of random bfloat16 weights written once into `--root` (benchmarks/port_pretrained.py's
 writer). torch decodes `--tokens` greedy tokens after a 12-token prompt from transformers' own from_pretrained
 (`--dtype`: the weights' dtype in torch and in the port) in a process of its own, keeping each step's logit margin
 (best minus second best) and the first step's logits. Then, for each rank count, one msrun job: every rank ports
 a tiny checkpoint of the same model type first (the modules a first port imports, outside the measurement), then
-calls `aot_ops.from_pretrained(folder, max_length=..., fuse=False, dtype=..., tensor_parallel=N)` and
+calls `aot_ops.from_pretrained(folder, max_length=..., fuse=..., dtype=..., tensor_parallel=N)` (`--fuse`:
+true, the default, runs programs between the collectives; false, one aot call per node) and
 `aot_ops.generate`, and reports
 - the bytes its reads asked for (`rchar` of /proc/self/io around from_pretrained) against its share (its slices
   of the split tensors, the replicated ones whole) and the checkpoint's size;
@@ -60,7 +61,7 @@ def torch_reference(folder: str, tokens: int, dtype: str, logits_file: str) -> d
     return {"tokens": out.sequences[0, PROMPT:].tolist(), "margins": [margin(step) for step in out.logits]}
 
 
-def rank_run(folder: str, tiny: str, tokens: int, dtype: str, out: str) -> None:
+def rank_run(folder: str, tiny: str, tokens: int, dtype: str, fuse: bool, out: str) -> None:
     """One rank of the msrun job."""
     import gc
 
@@ -73,13 +74,13 @@ def rank_run(folder: str, tiny: str, tokens: int, dtype: str, out: str) -> None:
 
     rank, size = aot_ops.torch_process_group()
     # what a first port imports (torch.export, the model's modules, ...) read outside the measurement
-    aot_ops.generate(aot_ops.from_pretrained(tiny, max_length=PROMPT + 2, fuse=False, tensor_parallel=size),
+    aot_ops.generate(aot_ops.from_pretrained(tiny, max_length=PROMPT + 2, fuse=fuse, tensor_parallel=size),
                      to_ms(prompt()), max_new_tokens=2)
     gc.collect()
     reset_peak()
     rss, read = status_bytes("VmRSS"), _read_bytes()
     start = time.perf_counter()
-    lm = aot_ops.from_pretrained(folder, max_length=PROMPT + tokens, fuse=False, dtype=getattr(torch, dtype),
+    lm = aot_ops.from_pretrained(folder, max_length=PROMPT + tokens, fuse=fuse, dtype=getattr(torch, dtype),
                                  tensor_parallel=size)
     seconds = time.perf_counter() - start
     read = _read_bytes() - read
@@ -126,11 +127,12 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--fuse", default="true", choices=("true", "false"))
     parser.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "aot_ops_checkpoints"))
     parser.add_argument("--rank-run", nargs=3, help=argparse.SUPPRESS)  # folder, tiny folder, out: one msrun rank
     args = parser.parse_args(argv)
     if args.rank_run:
-        rank_run(args.rank_run[0], args.rank_run[1], args.tokens, args.dtype, args.rank_run[2])
+        rank_run(args.rank_run[0], args.rank_run[1], args.tokens, args.dtype, args.fuse == "true", args.rank_run[2])
         return 0
     import port_pretrained
 
@@ -149,7 +151,8 @@ def main(argv=None) -> int:
              f"import tensor_parallel as t; print(json.dumps(t.torch_reference({folder!r}, {args.tokens}, "
              f"{args.dtype!r}, {logits_file!r})))"],
             check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        print(f"{name} ({args.dtype}): a checkpoint of {size / 1e9:.2f} GB; torch's tokens {reference['tokens']}",
+        print(f"{name} ({args.dtype}, fuse={args.fuse}): a checkpoint of {size / 1e9:.2f} GB; "
+              f"torch's tokens {reference['tokens']}",
               flush=True)
         for ranks in (int(n) for n in args.ranks.split(",")):
             out = os.path.join(work, f"ranks{ranks}")
@@ -158,7 +161,8 @@ def main(argv=None) -> int:
             job = subprocess.run(
                 [str(bin_dir / "msrun"), f"--worker_num={ranks}", f"--local_worker_num={ranks}",
                  "--master_port=8151", f"--log_dir={out}/logs", "--join=True", __file__, "--tokens",
-                 str(args.tokens), "--dtype", args.dtype, "--rank-run", folder, tiny, out], env=env, cwd=out,
+                 str(args.tokens), "--dtype", args.dtype, "--fuse", args.fuse, "--rank-run", folder, tiny, out],
+                env=env, cwd=out,
                 capture_output=True, text=True)
             if job.returncode:
                 print(f"  {ranks} ranks: the job failed, logs in {out}/logs", flush=True)
@@ -174,7 +178,8 @@ def main(argv=None) -> int:
                 print(f"    rank {r}: read {row['read'] / 1e9:.3f} GB (its share {row['share'] / 1e9:.3f} GB, "
                       f"{row['read'] / size:.1%} of the checkpoint); holds {row['held'] / 1e9:.3f} GB; "
                       f"peak {row['peak'] / 1e9:.3f} GB = {row['peak'] / row['held']:.2f}x its weights; "
-                      f"tokens {tokens}; first logits within {row['logits_error']:.1e}; from_pretrained {row['from_pretrained_s']:.0f} s, {args.tokens} tokens "
+                      f"tokens {tokens}; first logits within {row['logits_error']:.1e}; "
+                      f"from_pretrained {row['from_pretrained_s']:.0f} s, {args.tokens} tokens "
                       f"{row['decode_s']:.0f} s", flush=True)
     print(f"uptime at the end: {os.getloadavg()}", flush=True)
     return 0

@@ -60,6 +60,8 @@ class PortSpec:
     no_training: str | None = None             # why the cell cannot train (dropout with p > 0), or None
     operator_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # mode -> module path -> count
     fused: dict = field(default_factory=dict)  # mode -> fused.FusedGraph (fuse=True)
+    # fuse=True with collectives: (mode, piece name) -> the piece's fused.FusedGraph (programs/pieces.py)
+    pieces: dict = field(default_factory=dict)
     compile_on_first_use: bool = False          # fuse="compile": each mode's programs compiled when it first runs
     jit: bool = True                           # PyNative calls run the cell as one ms.jit graph (graph_entry.py)
     functions: tuple = ()                      # functions.FunctionOperator the graphs call: they live as the cell
@@ -98,6 +100,7 @@ class PortedCell(nn.Cell):
         # Not cells: held in __dict__, out of MindSpore's attribute machinery.
         self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_on_first_use)
                                            for mode, fused in spec.fused.items()}
+        self.__dict__["_piece_programs"] = {key: ModePrograms(fused, False) for key, fused in spec.pieces.items()}
         self.__dict__["_may_keep_saved"] = False  # during a PyNative training call (see saved_in_library)
         self.__dict__["_can_keep_saved"] = any(Mode(m) is not Mode.EVAL and worth_keeping(f)
                                                for m, f in spec.fused.items())
@@ -240,9 +243,21 @@ class PortedCell(nn.Cell):
         bprop runs the forward program again, then the backward program."""
         return self.__dict__["_mode_programs"][Mode(mode)].inference_operator(bprop_factory, self._constant_of(mode))
 
-    def _constant_of(self, mode: str):
+    def make_piece(self, mode: str, piece: str, bprop_factory) -> AotOp:
+        """A piece's forward program (fuse=True with collectives: programs/pieces.py) as one operator, its bprop
+        calling the piece's backward program."""
+        return self.__dict__["_piece_programs"][(Mode(mode), piece)].forward_operator(
+            bprop_factory, self._constant_of(mode, f"{piece}_"))
+
+    def make_piece_inference(self, mode: str, piece: str, bprop_factory) -> AotOp:
+        """A piece's inference program as one operator; its bprop (a gradient asked in evaluation) runs the piece's
+        forward program again, then its backward program."""
+        return self.__dict__["_piece_programs"][(Mode(mode), piece)].inference_operator(
+            bprop_factory, self._constant_of(mode, f"{piece}_"))
+
+    def _constant_of(self, mode: str, prefix: str = ""):
         """The cell's value of a constant input of `mode`'s programs (the attribute the generated source reads)."""
-        return lambda program_input: getattr(self, constant_attribute(mode, program_input.name))
+        return lambda program_input: getattr(self, constant_attribute(mode, prefix + program_input.name))
 
     def extend_repr(self):
         return f"{self.module_name}{describe_counts(self._spec.operator_counts, '')}"

@@ -20,6 +20,7 @@ from ..._core.bprops import bprop_source
 from ..._core.dtypes import ms_name
 from ..errors import PortError
 from ..modes import Mode, constant_attribute, flat_twin_class, operators_attribute
+from ..programs.pieces import Piece
 from ..programs.program_inputs import ProgramInput, SavedFrom, Source
 from ..programs.saved_in_library import wiring as saved_in_library
 from ..read.collectives import Collective
@@ -47,7 +48,7 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
     graphs = {Mode(m).value: g for m, g in graphs.items()}
     fused = None if fused is None else {Mode(m).value: f for m, f in fused.items()}
     first = next(iter(graphs.values()))
-    counts = ", ".join(f"{len(g.operators)} in {Mode(m).label}" for m, g in graphs.items())
+    counts = ", ".join(f"{_operator_count(g)} in {Mode(m).label}" for m, g in graphs.items())
     out = [f'"""{module_name} ported from PyTorch by aot_ops.from_torch.',
            "",
            "Each line of a forward method is one node of the module's torch.export graph, run as a MindSpore operator",
@@ -87,9 +88,21 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
                  for factory in (_bprop(mode, f), _inference_bprop(mode, f))]
     factories += [_bprop(mode, f, wired) for mode, f in (fused or {}).items()
                   if mode != _EVAL and (wired := saved_in_library(f)) is not None]
+    factories += [factory for mode, graph in graphs.items() for step in graph.steps
+                  if isinstance(step, Piece) and step.fused.backward is not None
+                  for factory in (_bprop(f"{mode}_{step.name}", step.fused),
+                                  _inference_bprop(f"{mode}_{step.name}", step.fused))]
     for name, captured, params, body in factories:
         out.extend(["", *bprop_source(name, captured, params, body, _wrap)])
     return "\n".join(out + cls) + "\n"
+
+
+def _operator_count(graph: Graph) -> str:
+    pieces = [s for s in graph.steps if isinstance(s, Piece)]
+    if not pieces:
+        return str(len(graph.operators))
+    return (f"{sum(p.operators for p in pieces)} as {len(pieces)} programs between {len(graph.collectives)} "
+            "collectives")
 
 
 def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
@@ -113,6 +126,9 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
         for op in graph.steps:
             if isinstance(op, Collective):
                 out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_collective(op)}", "            "))
+                continue
+            if isinstance(op, Piece):
+                out.extend(_piece_operators(mode, op))
                 continue
             if not isinstance(op, Operator):
                 continue
@@ -230,6 +246,8 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward
         if isinstance(step, Item):
             item = value(step.of) if step.of in bare else f"{value(step.of)}[{step.index}]"
             lines.append(f"        {step.name} = {item}")
+        elif isinstance(step, Piece):
+            lines.extend(_piece_call(mode, ops, step, value))
         else:
             shape_inputs = step.shape_inputs if isinstance(step, Operator) else []
             args = ", ".join(value(v) for v in step.inputs + shape_inputs)
@@ -239,6 +257,41 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward
         lines.append(f"        self.assign({state_expr(key)}, {value(name)})")
     lines.append(f"        return {_structure(graph.out_spec, iter([value(o) for o in graph.outputs]))}")
     return lines
+
+
+def _piece_operators(mode: str, piece: Piece) -> list[str]:
+    """make_operators' lines for a piece (programs/pieces.py): its forward program, whose bprop calls its backward
+    program, where it trains; its inference program where it evaluates."""
+    ops, backward = Mode(mode).attribute, piece.fused.backward is not None
+    lines = [f"        # {piece.name}: {piece.operators} operators of the graph, as programs"]
+    if piece.trains and mode != _EVAL:
+        bprop = f"_bprop_{mode}_{piece.name}" if backward else "None"
+        lines.append(f"        {ops}.{piece.name} = self.make_piece({mode!r}, {piece.name!r}, {bprop})")
+    if piece.evaluates and mode != _TRAIN:
+        bprop = f"_inference_bprop_{mode}_{piece.name}" if backward else "None"
+        lines.extend(_wrap(f"        {ops}.{piece.name}_inference = self.make_piece_inference({mode!r}, "
+                           f"{piece.name!r}, {bprop})", "            "))
+    return lines
+
+
+def _piece_call(mode: str, ops: str, piece: Piece, value: Callable[[str], str]) -> list[str]:
+    """A piece's call in a forward method and its outputs: the forward program in training (its saved tensors
+    follow the outputs), the inference program in evaluation."""
+    def call(indent: str, operator: str, arguments: list[str], num_outputs: int) -> list[str]:
+        lines = _wrap(f"{indent}{piece.name} = {ops}.{operator}({', '.join(value(a) for a in arguments)})",
+                      indent + "    ")
+        for k, name in enumerate(piece.outputs):
+            lines.append(f"{indent}{name} = {piece.name}{'' if num_outputs == 1 else f'[{k}]'}")
+        return lines
+
+    training = call("        ", piece.name, piece.forward_arguments, piece.fused.forward.num_outputs) \
+        if piece.trains and mode != _EVAL else []
+    evaluation = call("        ", f"{piece.name}_inference", piece.inference_arguments,
+                      piece.fused.inference.num_outputs) if piece.evaluates and mode != _TRAIN else []
+    if training and evaluation:
+        return ["        if self.training:", *(f"    {line}" for line in training),
+                "        else:", *(f"    {line}" for line in evaluation)]
+    return training or evaluation
 
 
 def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str],

@@ -69,8 +69,8 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     - Without: a cell evaluating whole sequences (input_ids, attention_mask: any batch size and length) and
       returning the model's output (`logits`), as from_torch(model, ..., use_cache=False, evaluation_only=True)
       gives.
-    `dtype`, `model_class` and `tensor_parallel` (with fuse=False: a fused program cannot hold a collective) as for
-    load_pretrained (whose model the port is made from; `lm.cell` or the cell
+    `dtype`, `model_class` and `tensor_parallel` as for load_pretrained (a split model's collectives stand between
+    its fused programs: docs/distributed.md) (whose model the port is made from; `lm.cell` or the cell
     holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
     ported."""
     from .. import plan_cache, port

@@ -93,12 +93,12 @@ def fuse(program: ExportedProgram, graph: Graph, trainable: set[str], label: str
         fused = FusedGraph(None, None, [], {}, _buffer_updates(output_specs), _user_outputs(output_specs))
         _add_inference(fused, program, graph, label, write_buffers=True)
         return fused
-    joint = _trace_joint(program, _flat_inputs(program, trainable, input_grads), label)
-    _save_each_tensor_once(joint)
-    fused, forward = _forward_program(program, joint, label)
+    joint = trace_joint(program.graph_module, _flat_inputs(program, trainable, input_grads), label)
+    inputs = [_program_input(spec) for spec in program.graph_signature.input_specs]
+    fused, forward = forward_program(joint, label, inputs, _buffer_updates(output_specs), _user_outputs(output_specs))
     _add_inference(fused, program, graph, label)
     if "backward" in joint.captured:
-        _add_backward(fused, joint, forward, label)
+        add_backward(fused, joint, forward, label)
     return fused
 
 
@@ -112,9 +112,10 @@ class _JointTrace:
     differentiable: list[int]
 
 
-def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrace:
-    """AOTAutograd's forward and backward graphs of the exported graph, traced on fake `flat` inputs (the partition
-    decides what the backward saves, and recomputes the user's checkpointed regions: _partition)."""
+def trace_joint(graph_module: torch.fx.GraphModule, flat: list, label: str) -> _JointTrace:
+    """AOTAutograd's forward and backward graphs of an exported graph (or a piece of one: pieces.py), traced on
+    fake `flat` inputs (the partition decides what the backward saves, and recomputes the user's checkpointed
+    regions: _partition); each saved tensor saved once (_save_each_tensor_once)."""
     from functorch.compile import aot_function, make_boxed_func
 
     captured: dict[str, torch.fx.GraphModule] = {}
@@ -125,8 +126,8 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
             return make_boxed_func(_recorded_results(gm))
         return compiler
 
-    checkpointed = has_checkpoints(program.graph)
-    module = _graph_to_trace(program.graph_module, checkpointed)
+    checkpointed = has_checkpoints(graph_module.graph)
+    module = _graph_to_trace(graph_module, checkpointed)
     # A checkpointed region is recomputed by the partition of the whole joint graph: repeated layers are then
     # traced as they come (torch partitions a repeated region on its own, where the marks are not seen)
     regions = None if checkpointed else \
@@ -157,7 +158,9 @@ def _trace_joint(program: ExportedProgram, flat: list, label: str) -> _JointTrac
         if raised_by_aot_ops(exc):
             raise  # a bug or a check of ours: with its own type and traceback, not labelled torch's
         raise PortError(f"AOTAutograd could not trace {label}: {type(exc).__name__}: {exc}") from exc
-    return _JointTrace(captured, len(outs), differentiable)
+    joint = _JointTrace(captured, len(outs), differentiable)
+    _save_each_tensor_once(joint)
+    return joint
 
 
 def _partition(joint: torch.fx.GraphModule, joint_inputs, **options):
@@ -269,8 +272,11 @@ class _ForwardWiring:
     num_constants: int       # constants the forward program takes after its placeholders
 
 
-def _forward_program(program: ExportedProgram, joint: _JointTrace, label: str) -> tuple[FusedGraph, _ForwardWiring]:
-    """The FusedGraph with the forward program: the module's outputs, then the tensors saved for the backward."""
+def forward_program(joint: _JointTrace, label: str, inputs: list[ProgramInput], buffer_updates: list[tuple[str, int]],
+                    user_outputs: list[int]) -> tuple[FusedGraph, _ForwardWiring]:
+    """The FusedGraph with the forward program: the graph's outputs, then the tensors saved for the backward.
+    `inputs`: what each placeholder of the traced graph is; `buffer_updates`, `user_outputs`: which of its outputs
+    are buffers' new values and which the module's (FusedGraph's fields)."""
     fgraph, fnames, fouts = read_module(joint.captured["forward"])
     num_real = joint.num_outputs
     nodes = {n.name: n for n in joint.captured["forward"].graph.nodes}
@@ -282,17 +288,15 @@ def _forward_program(program: ExportedProgram, joint: _JointTrace, label: str) -
     forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
     f_picks = list(range(num_real)) + [k for k, n in enumerate(fouts) if k >= num_real and n in saved_names
                                        and n not in own]
-    output_specs = program.graph_signature.output_specs
     forward_constants = [ProgramInput.constant(Origin.FORWARD, n) for n in fgraph.constants]
-    inputs = [_program_input(spec) for spec in program.graph_signature.input_specs] + forward_constants
     constants = {i.name: t for i, t in zip(forward_constants, fgraph.constants.values())}
-    fused = FusedGraph(forward, None, inputs, constants, _buffer_updates(output_specs), _user_outputs(output_specs))
+    fused = FusedGraph(forward, None, inputs + forward_constants, constants, buffer_updates, user_outputs)
     fused.sources["forward"] = GraphSource(joint.captured["forward"], len(fnames), f_picks,
                                            _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
     return fused, _ForwardWiring(fnames, f_outputs, saved_names, len(fgraph.constants))
 
 
-def _add_backward(fused: FusedGraph, joint: _JointTrace, forward: _ForwardWiring, label: str) -> None:
+def add_backward(fused: FusedGraph, joint: _JointTrace, forward: _ForwardWiring, label: str) -> None:
     """The backward program (saved tensors, then the cotangents of the differentiable outputs, then its constants;
     a gradient per forward input that gets one) and how the bprop wires it."""
     bgraph, bnames, bouts = read_module(joint.captured["backward"])

@@ -52,7 +52,7 @@ def wiring(fused) -> SavedInLibrary | None:
     kept = sorted({s.index for s in fused.saved if s.source is SavedFrom.OUTPUT and s.index not in shown})
     count = fused.forward.num_outputs
     if not kept or kept != list(range(count - len(kept), count)) or len(kept) == count:
-        return None  # the saved tensors follow the module's outputs (fused._forward_program); anything else: as is
+        return None  # the saved tensors follow the module's outputs (fused.forward_program); anything else: as is
     if not _STATIC_SHAPES.fullmatch(fused.backward.attrs.get("program_out_shapes", "-")):
         return None
     kept_from = count - len(kept)

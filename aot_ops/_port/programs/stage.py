@@ -11,6 +11,7 @@ from ..modes import Mode
 from ..plan import Plan, cannot_train_because
 from . import fused_cache
 from .fused import fuse
+from .pieces import pieced
 
 
 def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool, compile_programs: bool,
@@ -20,12 +21,8 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     traced (a Function's backward deciding on tensor values) leaves a module in evaluation mode ported for
     evaluation only: its plan then has no training graph, and the graph left is fused without a backward.
     `compile_inputs`: the input shapes compiled programs are made for (port's)."""
-    for use in plan.uses.values():
-        if use.graph.collectives:  # a program runs in one aot call: MindSpore's communication stands between
-            step = use.graph.collectives[0]
-            raise PortError(f"{type(model).__name__}: {step.name} ({step.source}) is torch's {step.kind}, which a "
-                            "fused program cannot hold; port with fuse=False, where it runs as MindSpore's "
-                            "communication operator")
+    if any(use.graph.collectives for use in plan.uses.values()):
+        return _pieced(plan, model, trainable, input_grads, compile_programs)
     if plan.backward:
         cannot_train = _fused_with_backward(plan, model, trainable, input_grads, compile_programs)
         if cannot_train is not None:
@@ -36,6 +33,21 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     if compile_inputs is not None:
         for use in plan.uses.values():
             use.fused.compile_sizes = _size_values(use.program, compile_inputs)
+    return plan
+
+
+def _pieced(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool,
+            compile_programs: bool) -> Plan:
+    """A graph with collectives fused piece by piece between them (pieces.py): each mode's graph then holds
+    pieces and collectives, and no FusedGraph of its own."""
+    if compile_programs:
+        step = next(s for use in plan.uses.values() for s in use.graph.collectives)
+        raise PortError(f"{type(model).__name__}: {step.name} ({step.source}) is torch's {step.kind}: fuse='compile' "
+                        "compiles a whole graph, which a collective cannot stand in; port with fuse=True (programs "
+                        "between the collectives) or fuse=False")
+    for mode, use in plan.uses.items():
+        use.graph = pieced(use.program, use.graph, trainable, _label(model, mode), input_grads,
+                           training=plan.backward, evaluation=mode is not Mode.TRAIN)
     return plan
 
 

@@ -134,11 +134,10 @@ def ported(out: Path) -> None:
     x = inputs()
     result = {"rank": rank, "size": size}
     module = TensorParallelMlp(rank, size).eval()
-    cell = aot_ops.from_torch(module, (x,))
     weights = [ms.Tensor(w.numpy()) for w in loss_weights(reference["outputs"])]
 
     class Loss(ms.nn.Cell):
-        def __init__(self):
+        def __init__(self, cell):
             super().__init__()
             self.cell, self.weights = cell, tuple(weights)
 
@@ -156,26 +155,37 @@ def ported(out: Path) -> None:
         def construct(self, t):
             return self.cell(t)[0].sum()
 
-    params = cell.trainable_params()
-    names = [p.name for p in params]  # torch's (the Loss cell prefixes them)
-    grad_fn = ms.value_and_grad(Loss(), 0, params)
     reductions_cell = aot_ops.from_torch(Reductions(rank, size).eval(), (x,))
     max_summed = FirstSummed(reductions_cell)
-    for mode, name in ((ms.PYNATIVE_MODE, "pynative"), (ms.GRAPH_MODE, "graph")):
-        ms.set_context(mode=mode)
-        outputs = cell(ms.Tensor(x.numpy()))
-        _loss, (x_grad, grads) = grad_fn(ms.Tensor(x.numpy()))
-        result[f"{name}_output_errors"] = [_error(o, e) for o, e in zip(outputs, reference["outputs"])]
-        result[f"{name}_shapes"] = [[list(o.shape) for o in outputs], [list(e.shape) for e in reference["outputs"]]]
-        result[f"{name}_gradient_errors"] = {n: _error(g, reference["grads"][n]) for n, g in zip(names, grads)}
-        result[f"{name}_gradient_errors"]["x"] = _error(x_grad, reference["x"])
-        result[f"{name}_reduction_errors"] = [_error(o, e) for o, e in zip(reductions_cell(ms.Tensor(x.numpy())),
-                                                                            reference["reductions"])]
-        try:
-            ms.grad(max_summed)(ms.Tensor(x.numpy()))
-            result[f"{name}_no_gradient"] = "computed"
-        except RuntimeError as exc:
-            result[f"{name}_no_gradient"] = str(exc)
+    # per node, and fused: programs between the collectives
+    for port, fuse in (("", False), ("fused_", True)):
+        cell = aot_ops.from_torch(module, (x,), fuse=fuse)
+        params = cell.trainable_params()
+        names = [p.name for p in params]  # torch's (the Loss cell prefixes them)
+        grad_fn = ms.value_and_grad(Loss(cell), 0, params)
+        for mode, name in ((ms.PYNATIVE_MODE, "pynative"), (ms.GRAPH_MODE, "graph")):
+            ms.set_context(mode=mode)
+            outputs = cell(ms.Tensor(x.numpy()))
+            _loss, (x_grad, grads) = grad_fn(ms.Tensor(x.numpy()))
+            name = port + name
+            result[f"{name}_output_errors"] = [_error(o, e) for o, e in zip(outputs, reference["outputs"])]
+            result[f"{name}_shapes"] = [[list(o.shape) for o in outputs],
+                                        [list(e.shape) for e in reference["outputs"]]]
+            result[f"{name}_gradient_errors"] = {n: _error(g, reference["grads"][n]) for n, g in zip(names, grads)}
+            result[f"{name}_gradient_errors"]["x"] = _error(x_grad, reference["x"])
+            if fuse:
+                continue
+            reductions = reductions_cell(ms.Tensor(x.numpy()))
+            result[f"{name}_reduction_errors"] = [_error(o, e) for o, e in zip(reductions, reference["reductions"])]
+            try:
+                ms.grad(max_summed)(ms.Tensor(x.numpy()))
+                result[f"{name}_no_gradient"] = "computed"
+            except RuntimeError as exc:
+                result[f"{name}_no_gradient"] = str(exc)
+        result[f"{port}cells"] = sorted({type(c).__name__ for _, c in cell.cells_and_names()
+                                         if type(c).__module__.endswith("distributed")})
+        result[f"{port}counted"] = next(line for line in Path(cell.source_file).read_text().splitlines()
+                                        if "Bridged operators" in line)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     # bfloat16 (MindSpore's CPU collectives have no bfloat16 kernel: they carry it as float32), against torch's
     # float32 run within bfloat16's rounding
@@ -183,9 +193,7 @@ def ported(out: Path) -> None:
     result["bfloat16_errors"] = [_error(o.astype(ms.float32), e) for o, e in
                                  zip(narrow(ms.Tensor(x.numpy()).astype(ms.bfloat16)), reference["outputs"])]
     result["torch_no_gradient"] = reference["no_gradient"]
-    result["cells"] = sorted({type(c).__name__ for _, c in cell.cells_and_names() if "Cell" in type(c).__name__
-                              and type(c).__module__.endswith("distributed")})
-    for name, attempt in (("fused", lambda: aot_ops.from_torch(module, (x,), fuse=True)),
+    for name, attempt in (("compiled", lambda: aot_ops.from_torch(module, (x,), fuse="compile")),
                           ("uneven", lambda: aot_ops.from_torch(UnevenExchange(size), (torch.randn(4, 8),))),
                           ("in_function", lambda: aot_ops.from_torch(CollectiveInFunction(), (torch.randn(4, 8),)))):
         try:
@@ -195,6 +203,7 @@ def ported(out: Path) -> None:
             result[name] = str(exc)
     result.update(split_mlp_in_graph_mode())
     result.update(tensor_parallel_llama())
+    result.update(tensor_parallel_lora())
     result.update(tensor_parallel_checkpoint(out / "checkpoint"))
     result.update(bad_input(out))
     (out / f"rank{rank}.json").write_text(json.dumps(result))
@@ -337,7 +346,10 @@ def tensor_parallel_llama() -> dict:
             return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
 
     whole_loss, sharded_loss = Loss(copy.deepcopy(whole)).train(), Loss(sharded).train()
-    training = aot_ops.from_torch(sharded_loss, (ids,), input_grads=False)
+    # fused: programs between the collectives, each with its backward program
+    training = aot_ops.from_torch(sharded_loss, (ids,), input_grads=False, fuse=True)
+    result["llama_fused_counted"] = next(line for line in Path(training.source_file).read_text().splitlines()
+                                         if "Bridged operators" in line)
     training.set_train(True)
     params = training.trainable_params()
     grad_fn, optimizer = ms.value_and_grad(training, None, params), ms.nn.SGD(params, learning_rate=0.5)
@@ -373,10 +385,79 @@ def tensor_parallel_llama() -> dict:
     # greedy generation with the key/value cache, each rank holding its key/value heads
     prompt = ids[:, :5]
     theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False)
-    lm = aot_ops.from_torch_lm(aot_ops.tensor_parallel(copy.deepcopy(whole)), batch_size=2, max_length=16)
+    lm = aot_ops.from_torch_lm(aot_ops.tensor_parallel(copy.deepcopy(whole)), batch_size=2, max_length=16,
+                               fuse=True)
     ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=8)
     result.update(llama_generated=ours.asnumpy().tolist(), llama_torch_generated=theirs.tolist(),
                   llama_cache_shapes=sorted({tuple(p.shape) for p in lm.cell.get_parameters() if len(p.shape) == 4}))
+    return result
+
+
+def tensor_parallel_lora() -> dict:
+    """LoRA (peft) on every projection of a small Llama, then the model split by its plan: the adapters split to
+    meet their base layers. Three SGD steps of the adapters, fused, against the whole peft model in torch; the
+    gathered state_dict loaded by the whole peft model."""
+    import copy
+
+    import mindspore as ms
+    import peft
+    import transformers
+
+    import aot_ops
+    from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
+
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
+    torch.manual_seed(0)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    whole = peft.get_peft_model(transformers.LlamaForCausalLM(config),
+                                peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
+    with torch.no_grad():  # B is zeros when peft makes it: A's first gradient would be zeros too
+        for name, param in whole.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4))
+
+    class Loss(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+
+    whole_loss = Loss(copy.deepcopy(whole)).train()
+    split_loss = Loss(aot_ops.tensor_parallel(copy.deepcopy(whole))).train()
+    cell = aot_ops.from_torch(split_loss, (ids,), input_grads=False, fuse=True)
+    cell.set_train(True)
+    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather"}
+    result = {"lora_collectives": [kinds[type(c)] for _, c in cell.cells_and_names() if type(c) in kinds]}
+    params = cell.trainable_params()
+    grad_fn, optimizer = ms.value_and_grad(cell, None, params), ms.nn.SGD(params, learning_rate=0.5)
+    torch_optimizer = torch.optim.SGD([p for p in whole_loss.parameters() if p.requires_grad], lr=0.5)
+    modules = dict(split_loss.named_modules())
+    losses, gradient_errors = [], {}
+    for step in range(3):
+        loss, grads = grad_fn(ms.Tensor(ids.numpy()))
+        torch_optimizer.zero_grad()
+        torch_loss = whole_loss(ids)
+        torch_loss.backward()
+        losses.append([float(loss.asnumpy()), float(torch_loss)])
+        if step == 0:
+            whole_grads = {n: p.grad for n, p in whole_loss.named_parameters() if p.requires_grad}
+            for param, grad in zip(params, grads):
+                owner, _, leaf = param.name.rpartition(".")
+                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf)
+                ours = torch.from_numpy(grad.asnumpy())
+                gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
+        optimizer(grads)
+        torch_optimizer.step()
+    reloaded = Loss(copy.deepcopy(whole))
+    reloaded.load_state_dict(cell.torch_state_dict())  # strict: the whole peft model's keys and shapes
+    trained = whole_loss.state_dict()
+    result.update(lora_losses=losses, lora_gradient_errors=gradient_errors,
+                  lora_gathered_error=max(float((v - trained[k]).abs().max() / trained[k].abs().max())
+                                          for k, v in reloaded.state_dict().items()))
     return result
 
 
@@ -404,13 +485,14 @@ def tensor_parallel_checkpoint(folder: Path) -> dict:
     replicated = sum(t.numel() * t.element_size() for k, t in stored if k not in share)
     prompt = torch.randint(0, whole.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(2))
     theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
-    lm = aot_ops.from_pretrained(folder, max_length=16, batch_size=2, fuse=False, tensor_parallel=True)
+    lm = aot_ops.from_pretrained(folder, max_length=16, batch_size=2, tensor_parallel=True)  # fused
     ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=6)
     from aot_ops._port.distributed import GatherCell, ReduceCell
 
     talking = [{ReduceCell: "reduce", GatherCell: "gather"}[type(c)] for _, c in lm.cell.cells_and_names()
                if type(c) in (ReduceCell, GatherCell)]
-    return {"checkpoint_collectives": talking,"checkpoint_read": read, "checkpoint_share": expected, "checkpoint_replicated": replicated,
+    return {"checkpoint_collectives": talking, "checkpoint_read": read, "checkpoint_share": expected,
+            "checkpoint_replicated": replicated,
             "checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
             "checkpoint_generated": ours.asnumpy().tolist(), "checkpoint_torch_generated": theirs.tolist()}
 

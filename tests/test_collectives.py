@@ -73,18 +73,21 @@ def test_torch_functional_collectives_give_torchruns_outputs_and_gradients_on_ev
     """all_reduce (sum, avg), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and broadcast, each
     MindSpore's operator on the job's group (reduce-scatter and all-to-all made of AllReduce and AllGather on the
     CPU): a column- then row-parallel MLP's outputs and the gradients of a loss over all of them (the input's and
-    every parameter's) equal torch's under torchrun with gloo, rank by rank, in PyNative and GRAPH_MODE."""
+    every parameter's) equal torch's under torchrun with gloo, rank by rank, in PyNative and GRAPH_MODE; ported per
+    node and fused (a program before the collectives, one after the first, which adds the bias)."""
     for rank, result in enumerate(ranks):
         assert (result["rank"], result["size"]) == (rank, 2)
-        assert result["cells"] == ["AllGatherCell", "AllReduceCell", "AllToAllCell", "BroadcastCell",
-                                   "ReduceScatterCell"]
-        for mode in ("pynative", "graph"):
-            ours, theirs = result[f"{mode}_shapes"]
-            assert ours == theirs
-            assert max(result[f"{mode}_output_errors"]) < 1e-6, result[f"{mode}_output_errors"]
-            gradients = result[f"{mode}_gradient_errors"]
-            assert sorted(gradients) == ["bias", "down.weight", "up.bias", "up.weight", "x"]
-            assert max(gradients.values()) < 1e-6, gradients
+        assert "as 2 programs between 6 collectives" in result["fused_counted"], result["fused_counted"]
+        for port in ("", "fused_"):
+            assert result[f"{port}cells"] == ["AllGatherCell", "AllReduceCell", "AllToAllCell", "BroadcastCell",
+                                              "ReduceScatterCell"]
+            for mode in (f"{port}pynative", f"{port}graph"):
+                ours, theirs = result[f"{mode}_shapes"]
+                assert ours == theirs
+                assert max(result[f"{mode}_output_errors"]) < 1e-6, result[f"{mode}_output_errors"]
+                gradients = result[f"{mode}_gradient_errors"]
+                assert sorted(gradients) == ["bias", "down.weight", "up.bias", "up.weight", "x"]
+                assert max(gradients.values()) < 1e-6, gradients
         assert max(result["bfloat16_errors"]) < 2e-2, result["bfloat16_errors"]  # bfloat16's rounding
 
 
@@ -100,10 +103,11 @@ def test_max_min_and_product_all_reduces_run_and_refuse_a_gradient_as_torch_does
 
 
 def test_what_the_port_cannot_run_across_ranks_is_refused_by_name(ranks):
-    """A fused port of a collective, uneven all-to-all splits, a collective inside a torch.autograd.Function (which
-    runs in torch, whose process group only traces: it would not communicate)."""
+    """fuse="compile" of a graph with collectives (AOTInductor compiles a whole graph), uneven all-to-all splits, a
+    collective inside a torch.autograd.Function (which runs in torch, whose process group only traces: it would not
+    communicate)."""
     for result in ranks:
-        assert "all_reduce" in result["fused"] and "fuse=False" in result["fused"], result["fused"]
+        assert "all_reduce" in result["compiled"] and "fuse='compile'" in result["compiled"], result["compiled"]
         assert "only equal splits" in result["uneven"] and "[3, 1]" in result["uneven"], result["uneven"]
         assert "_SummedInTorch" in result["in_function"] and "calls torch's all_reduce in its forward" in \
             result["in_function"], result["in_function"]
@@ -153,10 +157,13 @@ def test_a_model_split_by_a_users_plan_gives_its_slices_gradients_in_graph_mode(
 
 
 def test_the_split_llama_trains_as_the_whole_model_in_torch(ranks):
-    """Three SGD steps on every rank: the losses of the whole model trained in torch, and after the first step
-    each rank's gradient of each parameter equal to its slice of the whole model's (the replicated norms' whole);
-    after them, the gathered state_dict is the whole model's trained in torch."""
+    """Three SGD steps on every rank, fused (programs between the collectives, each with its backward program):
+    the losses of the whole model trained in torch, and after the first step each rank's gradient of each parameter
+    equal to its slice of the whole model's (the replicated norms' whole); after them, the gathered state_dict is
+    the whole model's trained in torch."""
     for result in ranks:
+        # 2 reduces and 5 copies a layer, the embedding's reduce, the LM head's copy and gather
+        assert "between 31 collectives" in result["llama_fused_counted"], result["llama_fused_counted"]
         for ours, theirs in result["llama_losses"]:
             assert abs(ours - theirs) <= 1e-5 * abs(theirs), result["llama_losses"]
         errors = result["llama_gradient_errors"]
@@ -164,6 +171,24 @@ def test_the_split_llama_trains_as_the_whole_model_in_torch(ranks):
         # torch_state_dict() gathers the trained shards: the whole model trained in torch, loaded by torch
         assert result["llama_gathered_error"] < 1e-5, result["llama_gathered_error"]
         assert 0.5 < result["llama_shard_fraction"] < 0.51  # gather=False: the rank's shard (norms whole)
+
+
+def test_lora_on_the_split_llama_trains_as_the_whole_peft_model_in_torch(ranks):
+    """peft's LoRA on all seven projections of a 2-layer Llama, then split by the model's plan: each adapter split to
+    meet its base layer (a column-parallel base's B split by output features, a row-parallel base's A by input
+    features, its r-wide product summed over the ranks). Three fused SGD steps of the adapters: torch's losses, every
+    adapter's gradient its slice of the whole peft model's, and the gathered state_dict the whole peft model's."""
+    for result in ranks:
+        talking = [k for k in result["lora_collectives"] if k != "copy"]
+        # a layer: the output and down projections' reduces and their adapters' A; the embedding; the logits
+        assert talking == ["reduce"] * (4 * 2 + 1) + ["gather"], result["lora_collectives"]
+        # a layer: q, k, v, gate, up and their adapters' B; the LM head
+        assert result["lora_collectives"].count("copy") == 10 * 2 + 1
+        for ours, theirs in result["lora_losses"]:
+            assert abs(ours - theirs) <= 1e-5 * abs(theirs), result["lora_losses"]
+        errors = result["lora_gradient_errors"]
+        assert len(errors) == 2 * 7 * 2 and max(errors.values()) < 1e-4, errors
+        assert result["lora_gathered_error"] < 1e-5, result["lora_gathered_error"]
 
 
 def test_the_split_llama_generates_torchs_tokens_with_its_share_of_the_key_value_cache(ranks):

@@ -11,7 +11,14 @@ row-parallel layer's partial products summed, its gradient passed as it is; the 
 sliced), which the port runs as MindSpore's AllReduce and AllGather with those gradients (distributed.py): the split
 model evaluates and trains. The attention needs no change: transformers' attention views its projections with -1
 heads, and the query and key/value heads are split alike, so each rank's groups of grouped-query attention stay
-whole. Norms stay replicated. docs/distributed.md.
+whole. Norms stay replicated.
+
+LoRA (peft) on a split base: peft first, then the split (`tensor_parallel(get_peft_model(model, config))`). A planned
+layer peft wrapped keeps its wrapper; its base layer is split as the plan says, and each adapter so that its
+product meets the base's where the base's does: for a column-parallel base, B keeps the base's output features
+(column-parallel itself: the gradient of its input, A's output, summed over the ranks, so that A's gradient is the
+whole model's on every rank); for a row-parallel one, A keeps the base's input features (row-parallel itself: its
+r-wide output summed over the ranks) and B stays whole. docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -99,10 +106,10 @@ def tensor_parallel(model: nn.Module, plan: dict[str, str] | None = None, *, siz
 
 def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] | None = None) -> nn.Module:
     """Splits `model`'s linear layers over `size` ranks in place, keeping rank `rank`'s slices (plan: module path
-    patterns, `*` for a layer number, to a style of PLAN_STYLES; default the model's own, as transformers builds it). Every
-    matched layer must divide by `size`, and so must the attention's key/value heads; a pattern matching nothing
-    or a style not in PLAN_STYLES is named. Returns the model."""
-    plan = tensor_parallel_plan(model) if plan is None else plan
+    patterns, `*` for a layer number, to a style of PLAN_STYLES; default the model's own, as transformers builds
+    it, or a peft model's base model's). Every matched layer must divide by `size`, and so must the attention's
+    key/value heads; a pattern matching nothing or a style not in PLAN_STYLES is named. Returns the model."""
+    plan = _own_plan(model) if plan is None else plan
     if not plan:
         raise PortError(f"{type(model).__name__} has no tensor-parallel plan of its own (transformers gives one with "
                         "config.base_model_tp_plan); pass plan={'module.path.*': style}")
@@ -120,6 +127,9 @@ def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] |
             continue
         matched[pattern] += 1
         style = plan[pattern]
+        if _is_lora(module):
+            _split_lora(path, module, style, rank, size, ranks)
+            continue
         wanted = nn.Embedding if style == "embedding_rowwise" else nn.Linear
         if not isinstance(module, wanted):
             raise PortError(f"tensor-parallel plan: {path} is a {type(module).__name__}, which '{style}' cannot "
@@ -136,6 +146,38 @@ def shard_by_plan(model: nn.Module, rank: int, size: int, plan: dict[str, str] |
     if missing:
         raise PortError(f"tensor-parallel plan: no module of {type(model).__name__} matches {missing}")
     return model
+
+
+def _own_plan(model: nn.Module) -> dict[str, str]:
+    """The model's own plan; for a peft model, its base model's under the path peft holds it at."""
+    if not hasattr(model, "get_base_model"):
+        return tensor_parallel_plan(model)
+    base = model.get_base_model()
+    prefix = next(path for path, module in model.named_modules() if module is base)
+    return {f"{prefix}.{pattern}" if prefix else pattern: style
+            for pattern, style in tensor_parallel_plan(base).items()}
+
+
+def _is_lora(module: nn.Module) -> bool:
+    """A layer peft's LoRA wraps: its base layer and the adapters' A and B layers by adapter name."""
+    return all(isinstance(getattr(module, name, None), nn.Module) for name in ("base_layer", "lora_A", "lora_B"))
+
+
+def _split_lora(path: str, module: nn.Module, style: str, rank: int, size: int, ranks: list[int]) -> None:
+    """A LoRA layer split in place: its base layer by `style`, each adapter to meet it (the module's docstring)."""
+    if style not in ("colwise", "rowwise") or not isinstance(module.base_layer, nn.Linear):
+        raise PortError(f"tensor-parallel plan: {path} carries LoRA adapters on a {type(module.base_layer).__name__} "
+                        f"split '{style}'; adapters are split on 'colwise' and 'rowwise' linear layers: leave "
+                        "this layer out of the adapter's target_modules")
+    variants = sorted(getattr(module, "lora_variant", {}) or {})
+    if variants:
+        raise PortError(f"tensor-parallel plan: {path} carries a LoRA variant (adapter {variants[0]}: DoRA or "
+                        "another), whose weight norms need the whole weight; plain LoRA adapters are split")
+    module.base_layer = _sharded(f"{path}.base_layer", module.base_layer, style, rank, size, ranks)
+    adapters = module.lora_B if style == "colwise" else module.lora_A
+    for name in list(adapters):
+        adapters[name] = _sharded(f"{path}.{'lora_B' if style == 'colwise' else 'lora_A'}.{name}", adapters[name],
+                                  style, rank, size, ranks)
 
 
 def _check_heads(model: nn.Module, size: int) -> None:

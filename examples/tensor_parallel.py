@@ -6,8 +6,8 @@
 
 Every rank builds the same model (same seed), keeps its slice of each projection by the model's plan
 (`aot_ops.tensor_parallel`: the attention heads and the MLP split, the output and down projections summed over the
-ranks by MindSpore's AllReduce, the embedding and the LM head split by vocabulary), ports it with from_torch and
-runs it; each rank prints how far its logits are from the whole model's in torch, and the next token of each
+ranks by MindSpore's AllReduce, the embedding and the LM head split by vocabulary), ports it with from_torch (fused:
+programs between the collectives) and runs it; each rank prints how far its logits are from the whole model's in torch, and the next token of each
 sequence. docs/distributed.md.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ def main() -> None:
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     sharded = aot_ops.tensor_parallel(copy.deepcopy(whole))  # this rank's slices; MindSpore's communication up
-    cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False})
+    # fused: programs between the collectives (fuse=False: one aot call per node)
+    cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False}, fuse=True)
     logits = torch.from_numpy(cell(input_ids=ms.Tensor(ids.numpy())).logits.asnumpy())
 
     from mindspore.communication import get_group_size, get_rank

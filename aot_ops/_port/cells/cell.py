@@ -100,7 +100,8 @@ class PortedCell(nn.Cell):
         # Not cells: held in __dict__, out of MindSpore's attribute machinery.
         self.__dict__["_mode_programs"] = {Mode(mode): ModePrograms(fused, spec.compile_on_first_use)
                                            for mode, fused in spec.fused.items()}
-        self.__dict__["_piece_programs"] = {key: ModePrograms(fused, False) for key, fused in spec.pieces.items()}
+        self.__dict__["_piece_programs"] = {key: ModePrograms(fused, spec.compile_on_first_use)
+                                            for key, fused in spec.pieces.items()}
         self.__dict__["_may_keep_saved"] = False  # during a PyNative training call (see saved_in_library)
         self.__dict__["_can_keep_saved"] = any(Mode(m) is not Mode.EVAL and worth_keeping(f)
                                                for m, f in spec.fused.items())
@@ -278,7 +279,11 @@ class PortedCell(nn.Cell):
         program changed (the operators must then be rebuilt)."""
         programs = self.__dict__["_mode_programs"]
         mode = Mode.running(training, programs)
-        return mode in programs and programs[mode].compile_for(training)
+        replaced = mode in programs and programs[mode].compile_for(training)
+        pieces = self.__dict__["_piece_programs"]  # a graph with collectives: each piece's programs
+        mode = Mode.running(training, {m for m, _ in pieces})
+        compiled = [p.compile_for(training) for (m, _), p in pieces.items() if m is mode]  # every one, not any()
+        return replaced or any(compiled)
 
     def _rebuild_operators(self) -> None:
         for mode, operators in self.make_operators().items():

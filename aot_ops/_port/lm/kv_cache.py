@@ -68,7 +68,11 @@ class StaticCacheLM(torch.nn.Module):
 
         config = model.config.get_text_config()
         self.model = model
-        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters  # not Bloom (ALiBi)
+        parameters = inspect.signature(model.forward).parameters
+        self.takes_positions = "position_ids" in parameters  # not Bloom (ALiBi)
+        # Only the last position's logits are used: a model that can computes no others (its LM head then multiplies
+        # one position, not the prompt's every one; a split model gathers one position's vocabulary)
+        self.last_logits = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
         self.written_part = written_part
         # With written_part, one position more than ever written: the part attended is then never the whole cache
         # (torch.export guards a slice that covers its whole tensor apart from a shorter one)
@@ -125,7 +129,7 @@ class StaticCacheLM(torch.nn.Module):
                 layer.attended = attention_mask.shape[-1]
         positions = {"position_ids": position_ids} if self.takes_positions else {}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=self.cache, use_cache=True,
-                         **positions)
+                         **positions, **self.last_logits)
         return out.logits[:, -1, :]
 
 

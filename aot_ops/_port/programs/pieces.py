@@ -11,8 +11,9 @@ piece's operator has the bprop calling its backward program, each collective the
 Sizes (sym_size and arithmetic on it) are never passed between pieces: a piece computes each size it needs from
 a tensor it takes (copied into it, as program.cpp computes sizes from shapes at run time).
 
-What this does not do: the inference program writes no buffer in place (buffer_writes.py): a buffer update is a
-piece's output the cell assigns, as a per-node port does; fuse="compile" is refused.
+With fuse="compile" each piece's programs are compiled as a whole graph's are (compiled.py). What this does not do:
+the inference program writes no buffer in place (buffer_writes.py): a buffer update is a piece's output the cell
+assigns, as a per-node port does.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from ..read.collectives import is_collective, is_wait
 from ..read.graph import Graph, read_module
 from ..trace.export import is_size
 from ..trace.fake import mode_of
-from .fused import FusedGraph, _shapes, add_backward, forward_program, trace_joint
+from .compiled import GraphSource, inference_configs
+from .fused import FusedGraph, _examples, _shapes, add_backward, forward_program, trace_joint
 from .program import build
 from .program_inputs import Origin, ProgramInput, Source
 
@@ -55,9 +57,10 @@ class Piece:
 
 
 def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: str, input_grads: bool,
-           training: bool, evaluation: bool) -> Graph:
+           training: bool, evaluation: bool, keep_sources: bool = False) -> Graph:
     """`graph` (read from `program`) with each run of nodes between its collectives replaced by a Piece: for
-    `training`, the forward and backward programs; for `evaluation`, the inference program."""
+    `training`, the forward and backward programs; for `evaluation`, the inference program. `keep_sources`: each
+    program's graph kept as a torch module, for fuse="compile" (compiled.py)."""
     nodes = list(program.graph.nodes)
     runs, steps = _runs(nodes)
     collectives = {c.name: c for c in graph.collectives}
@@ -75,6 +78,8 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
         made[index] = _piece(f"piece{index}", module, inputs, readers[index], out.constants, wants_grad,
                              f"{label} piece {index}", training, evaluation)
         made[index].operators = len(run)
+        if not keep_sources:
+            made[index].fused.sources.clear()
     for kind, item in steps:
         if kind == "collective":
             out.steps.append(replace(collectives[item.name], inputs=[_value(item.args[0])]))
@@ -223,7 +228,6 @@ def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: 
                                         list(range(len(outputs))))
         if "backward" in joint.captured:
             add_backward(fused, joint, wiring, label)
-        fused.sources.clear()  # fuse="compile" is not offered for pieces
         forward_arguments = _arguments(name, fused.inputs, fused, constants)
         for constant in fused.backward_constants:
             constants[_constant_name(name, constant)] = fused.constants[constant.name]
@@ -238,6 +242,9 @@ def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: 
         fused.constants.update({i.name: t for i, t in zip(fused.inference_inputs[len(names):],
                                                           graph.constants.values())})
         fused.inference_user_outputs = list(range(len(outputs)))
+        fused.sources["inference"] = GraphSource(module, len(names), list(range(len(outs))),
+                                                 _examples(nodes, names, graph.constants),
+                                                 configs=inference_configs(module))
         inference_arguments = _arguments(name, fused.inference_inputs, fused, constants)
     return Piece(name, outputs, fused, forward_arguments, inference_arguments)
 

@@ -11,7 +11,7 @@ from ..modes import Mode
 from ..plan import Plan, cannot_train_because
 from . import fused_cache
 from .fused import fuse
-from .pieces import pieced
+from .pieces import Piece, pieced
 
 
 def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool, compile_programs: bool,
@@ -22,7 +22,7 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     evaluation only: its plan then has no training graph, and the graph left is fused without a backward.
     `compile_inputs`: the input shapes compiled programs are made for (port's)."""
     if any(use.graph.collectives for use in plan.uses.values()):
-        return _pieced(plan, model, trainable, input_grads, compile_programs)
+        return _pieced(plan, model, trainable, input_grads, compile_programs, compile_inputs)
     if plan.backward:
         cannot_train = _fused_with_backward(plan, model, trainable, input_grads, compile_programs)
         if cannot_train is not None:
@@ -36,18 +36,18 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     return plan
 
 
-def _pieced(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool,
-            compile_programs: bool) -> Plan:
+def _pieced(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: bool, compile_programs: bool,
+            compile_inputs: dict[str, tuple[int | None, ...]] | None) -> Plan:
     """A graph with collectives fused piece by piece between them (pieces.py): each mode's graph then holds
     pieces and collectives, and no FusedGraph of its own."""
-    if compile_programs:
-        step = next(s for use in plan.uses.values() for s in use.graph.collectives)
-        raise PortError(f"{type(model).__name__}: {step.name} ({step.source}) is torch's {step.kind}: fuse='compile' "
-                        "compiles a whole graph, which a collective cannot stand in; port with fuse=True (programs "
-                        "between the collectives) or fuse=False")
     for mode, use in plan.uses.items():
         use.graph = pieced(use.program, use.graph, trainable, _label(model, mode), input_grads,
-                           training=plan.backward, evaluation=mode is not Mode.TRAIN)
+                           training=plan.backward, evaluation=mode is not Mode.TRAIN, keep_sources=compile_programs)
+        if compile_inputs is not None:
+            sizes = _size_values(use.program, compile_inputs)
+            for step in use.graph.steps:
+                if isinstance(step, Piece):
+                    step.fused.compile_sizes = sizes
     return plan
 
 

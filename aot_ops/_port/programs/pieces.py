@@ -23,7 +23,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ..read.collectives import is_collective, is_wait
+from ..read.collectives import is_collective, is_copy_region, is_wait
 from ..read.graph import Graph, read_module
 from ..trace.export import is_size
 from ..trace.fake import mode_of
@@ -62,11 +62,14 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
     `training`, the forward and backward programs; for `evaluation`, the inference program. `keep_sources`: each
     program's graph kept as a torch module, for fuse="compile" (compiled.py)."""
     nodes = list(program.graph.nodes)
-    runs, steps = _runs(nodes)
+    # Without a backward a copy region (a column-parallel layer's input: the identity forward, a sum over the ranks
+    # backward) communicates nothing: it is its input, and no cut
+    through = _Through(copies=not training)
+    runs, steps = _runs(nodes, through)
     collectives = {c.name: c for c in graph.collectives}
     state = dict(graph.state)
     wants_grad = _wanting_gradients(program, nodes, trainable, input_grads)
-    readers = _readers_outside(runs, nodes)
+    readers = _readers_outside(runs, nodes, through)
     out = Graph(inputs=graph.inputs, state=state,
                 constants={k: v for k, v in graph.constants.items() if k in _placeholder_names(nodes)},
                 out_spec=graph.out_spec)
@@ -74,7 +77,7 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
     for index, run in enumerate(runs):
         if not readers[index]:
             continue  # nothing read after it (torch.export's checks alone)
-        module, inputs = _piece_module(program.graph_module, run, readers[index])
+        module, inputs = _piece_module(program.graph_module, run, readers[index], through)
         made[index] = _piece(f"piece{index}", module, inputs, readers[index], out.constants, wants_grad,
                              f"{label} piece {index}", training, evaluation)
         made[index].operators = len(run)
@@ -82,15 +85,15 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
             made[index].fused.sources.clear()
     for kind, item in steps:
         if kind == "collective":
-            out.steps.append(replace(collectives[item.name], inputs=[_value(item.args[0])]))
+            out.steps.append(replace(collectives[item.name], inputs=[through.value(item.args[0])]))
         elif item in made:
             out.steps.append(made[item])
     output_node = nodes[-1]
     for spec, value in zip(program.graph_signature.output_specs, output_node.args[0]):
         if spec.kind == OutputKind.USER_OUTPUT:
-            out.outputs.append(_value(value))
+            out.outputs.append(through.value(value))
         elif spec.kind == OutputKind.BUFFER_MUTATION:
-            out.buffer_updates.append((spec.target, _value(value)))
+            out.buffer_updates.append((spec.target, through.value(value)))
     return out
 
 
@@ -98,20 +101,36 @@ def _placeholder_names(nodes: list[torch.fx.Node]) -> set[str]:
     return {n.name for n in nodes if n.op == "placeholder"}
 
 
-def _value(node: torch.fx.Node) -> str:
-    """The value name the enclosing graph gives a node: a wait_tensor is its collective's result."""
-    while node.op == "call_function" and is_wait(node.target):
-        node = node.args[0]
-    return node.name
+class _Through:
+    """The nodes that are their input: a wait_tensor (its collective's result) and, with `copies`, a copy region."""
+
+    def __init__(self, copies: bool):
+        self.copies = copies
+
+    def passes(self, node: torch.fx.Node) -> bool:
+        return node.op == "call_function" and (is_wait(node.target) or (self.copies and is_copy_region(node.target)))
+
+    def node(self, node: torch.fx.Node) -> torch.fx.Node:
+        """The node whose value `node` is."""
+        while self.passes(node):
+            node = node.args[0]
+        return node
+
+    def value(self, node: torch.fx.Node) -> str:
+        """The value name the enclosing graph gives a node."""
+        return self.node(node).name
 
 
-def _runs(nodes: list[torch.fx.Node]) -> tuple[list[list[torch.fx.Node]], list[tuple[str, object]]]:
+_WAITS = _Through(copies=False)
+
+
+def _runs(nodes: list[torch.fx.Node], through: _Through) -> tuple[list[list[torch.fx.Node]], list[tuple[str, object]]]:
     """The runs of operator nodes between collectives, in graph order, and the steps: ("run", index) or
     ("collective", node). Sizes belong to no run (each piece computes those it reads); waits are their collective."""
     runs: list[list[torch.fx.Node]] = [[]]
     steps: list[tuple[str, object]] = []
     for node in nodes:
-        if node.op != "call_function" or is_wait(node.target) or is_size(node):
+        if node.op != "call_function" or through.passes(node) or is_size(node):
             continue
         if is_collective(node.target):
             if runs[-1]:
@@ -146,23 +165,25 @@ def _reads(node: torch.fx.Node) -> list[torch.fx.Node]:
     return reads
 
 
-def _readers_outside(runs: list[list[torch.fx.Node]], nodes: list[torch.fx.Node]) -> list[list[str]]:
+def _readers_outside(runs: list[list[torch.fx.Node]], nodes: list[torch.fx.Node],
+                     through: _Through) -> list[list[str]]:
     """Per run, the names of its values read after it: by another run, a collective or the graph's outputs."""
     owner = {n.name: k for k, run in enumerate(runs) for n in run}
     read: list[set[str]] = [set() for _ in runs]
     for node in nodes:
-        if node.op == "call_function" and (is_size(node) or is_wait(node.target)):
+        if node.op == "call_function" and (is_size(node) or through.passes(node)):
             continue
         here = owner.get(node.name)
         for arg in _reads(node):
-            source = owner.get(_value(arg)) if arg.op == "call_function" else None
+            name = through.value(arg)
+            source = owner.get(name)
             if source is not None and source != here:
-                read[source].add(_value(arg))
+                read[source].add(name)
     return [[n.name for n in run if n.name in read[k]] for k, run in enumerate(runs)]
 
 
-def _piece_module(root: torch.fx.GraphModule, run: list[torch.fx.Node],
-                  outputs: list[str]) -> tuple[torch.fx.GraphModule, list[str]]:
+def _piece_module(root: torch.fx.GraphModule, run: list[torch.fx.Node], outputs: list[str],
+                  through: _Through) -> tuple[torch.fx.GraphModule, list[str]]:
     """The run as a graph module: a placeholder per tensor it reads from before it (named as the enclosing graph
     names it), the sizes it reads computed again from their tensors, and an output tuple of `outputs`; and the
     names of its placeholders in order."""
@@ -170,13 +191,14 @@ def _piece_module(root: torch.fx.GraphModule, run: list[torch.fx.Node],
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     members = set(run)
     for node in run:
-        for source in _reads(node):
+        for source in map(through.node, _reads(node)):
             if source not in members and source not in env:
-                env[source] = graph.placeholder(_value(source))
+                env[source] = graph.placeholder(source.name)
                 env[source].meta = dict(source.meta)
     inputs = [p.name for p in env.values()]
 
     def arg(node: torch.fx.Node) -> torch.fx.Node:
+        node = through.node(node)
         if node not in env:  # a size: computed here from the tensor it is taken from
             env[node] = graph.node_copy(node, arg)
         return env[node]
@@ -200,8 +222,8 @@ def _wanting_gradients(program: ExportedProgram, nodes: list[torch.fx.Node], tra
             wanting.add(node.name)
     for node in nodes:
         if node.op == "call_function" and _floating(node) and \
-                any(_value(a) in wanting for a in node.all_input_nodes):
-            wanting.add(_value(node))
+                any(_WAITS.value(a) in wanting for a in node.all_input_nodes):
+            wanting.add(_WAITS.value(node))
     return wanting
 
 

@@ -46,6 +46,11 @@ def is_collective(target) -> bool:
     return collective_name(target) not in (None, "wait_tensor") or _region(target) is not None
 
 
+def is_copy_region(target) -> bool:
+    """A column-parallel layer's input region (parallel_regions.py): the identity forward, a sum backward."""
+    return _region(target) == "copy"
+
+
 def _region(target) -> str | None:
     """"reduce", "copy" or "gather" for a tensor-parallel region's operator (parallel_regions.py), else None."""
     if getattr(target, "namespace", None) != REGIONS:

@@ -285,14 +285,14 @@ def forward_program(joint: _JointTrace, label: str, inputs: list[ProgramInput], 
     # A saved tensor that is an input is passed as it is; one that is an output of the module is that output
     own = set(fnames) | set(fouts[:num_real])
     f_outputs = list(fouts[:num_real]) + [n for n in saved_names if n not in own]
-    forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *_shapes(nodes, f_outputs, fnames))
+    forward = build(f"{label} forward", fgraph, f_inputs, f_outputs, *output_shapes(nodes, f_outputs, fnames))
     f_picks = list(range(num_real)) + [k for k, n in enumerate(fouts) if k >= num_real and n in saved_names
                                        and n not in own]
     forward_constants = [ProgramInput.constant(Origin.FORWARD, n) for n in fgraph.constants]
     constants = {i.name: t for i, t in zip(forward_constants, fgraph.constants.values())}
     fused = FusedGraph(forward, None, inputs + forward_constants, constants, buffer_updates, user_outputs)
     fused.sources["forward"] = GraphSource(joint.captured["forward"], len(fnames), f_picks,
-                                           _examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
+                                           input_examples(nodes, fnames, fgraph.constants), TRAINING_CONFIGS)
     return fused, _ForwardWiring(fnames, f_outputs, saved_names, len(fgraph.constants))
 
 
@@ -309,10 +309,10 @@ def add_backward(fused: FusedGraph, joint: _JointTrace, forward: _ForwardWiring,
     bnodes = {n.name: n for n in joint.captured["backward"].graph.nodes}
     b_outputs = [n for n in bouts if n is not None]
     b_inputs = bnames + list(bgraph.constants)
-    fused.backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *_shapes(bnodes, b_outputs, bnames))
+    fused.backward = build(f"{label} backward", bgraph, b_inputs, b_outputs, *output_shapes(bnodes, b_outputs, bnames))
     fused.sources["backward"] = GraphSource(joint.captured["backward"], len(bnames),
                                             [k for k, n in enumerate(bouts) if n is not None],
-                                            _examples(bnodes, bnames, bgraph.constants), TRAINING_CONFIGS)
+                                            input_examples(bnodes, bnames, bgraph.constants), TRAINING_CONFIGS)
     fused.saved = [Saved(SavedFrom.INPUT, forward.inputs.index(n)) if n in forward.inputs
                    else Saved(SavedFrom.OUTPUT, forward.outputs.index(n)) for n in saved_names]
     fused.tangents = differentiable
@@ -366,7 +366,7 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
         package_writes = [(inputs.index(target), k) for (target, _), (_key, k) in zip(writes, fused.buffer_updates)]
         fused.inference_buffer_updates, fused.inference_user_outputs = [], list(range(len(outputs)))
         fused.inference_writes = [key for key, _ in graph.buffer_updates]
-    fused.inference = build(f"{label} inference", graph, inputs, outputs, *_shapes(nodes, outputs, placeholders),
+    fused.inference = build(f"{label} inference", graph, inputs, outputs, *output_shapes(nodes, outputs, placeholders),
                             writes=writes)
     fused.inference_inputs = kinds
     for spec in specs:  # tensors torch.export lifted out of the module (a scalar written into a slice)
@@ -374,7 +374,7 @@ def _add_inference(fused: FusedGraph, program: ExportedProgram, graph: Graph, la
             fused.constants[_program_input(spec).name] = program.constants[spec.target]
     folded = {name: graph.constants[name] for name in inputs[len(placeholders):]}
     fused.sources["inference"] = GraphSource(program.graph_module, len(placeholders), picks,
-                                             _examples(nodes, placeholders, folded),
+                                             input_examples(nodes, placeholders, folded),
                                              configs=inference_configs(program.graph_module), writes=package_writes)
 
 
@@ -433,13 +433,13 @@ def _flat_inputs(program: ExportedProgram, trainable: set[str], input_grads: boo
     return flat
 
 
-def _examples(nodes: dict, placeholders: list[str], constants: dict[str, torch.Tensor]) -> list:
+def input_examples(nodes: dict, placeholders: list[str], constants: dict[str, torch.Tensor]) -> list:
     """(shape, dtype) of each program input: the graph's placeholders, then the constants it was given."""
     values = [nodes[name].meta.get("val") for name in placeholders] + list(constants.values())
     return [(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else ((), None) for v in values]
 
 
-def _shapes(nodes: dict, names: list[str], inputs: list[str]) -> tuple[list, list]:
+def output_shapes(nodes: dict, names: list[str], inputs: list[str]) -> tuple[list, list]:
     """Each output's dtype, and its shape as ints and size expressions over the program inputs `inputs`."""
     bindings = bind_symbols([nodes[n].meta.get("val") for n in inputs])
     shapes, dtypes = [], []

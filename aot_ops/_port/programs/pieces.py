@@ -28,7 +28,7 @@ from ..read.graph import Graph, read_module
 from ..trace.export import is_size
 from ..trace.fake import mode_of
 from .compiled import GraphSource, inference_configs
-from .fused import FusedGraph, _examples, _shapes, add_backward, forward_program, trace_joint
+from .fused import FusedGraph, add_backward, forward_program, input_examples, output_shapes, trace_joint
 from .program import build
 from .program_inputs import Origin, ProgramInput, Source
 
@@ -241,7 +241,7 @@ def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: 
     fused = FusedGraph(None, None, [], {}, [], list(range(len(outputs))))
     forward_arguments: list[str] = []
     if training:
-        examples = [module.graph.find_nodes(op="placeholder")[k].meta["val"] for k in range(len(inputs))]
+        examples = [p.meta["val"] for p in module.graph.find_nodes(op="placeholder")]
         with mode_of(examples):
             flat = [v.detach().clone().requires_grad_(n in wanting and (v.is_floating_point() or v.is_complex()))
                     for n, v in zip(inputs, examples)]
@@ -258,14 +258,14 @@ def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: 
         graph, names, outs = read_module(module)
         nodes = {n.name: n for n in module.graph.nodes}
         fused.inference = build(f"{label} inference", graph, names + list(graph.constants), outs,
-                                *_shapes(nodes, outs, names))
+                                *output_shapes(nodes, outs, names))
         fused.inference_inputs = [ProgramInput.user(n) for n in names] + \
             [ProgramInput.constant(Origin.INFERENCE, n) for n in graph.constants]
         fused.constants.update({i.name: t for i, t in zip(fused.inference_inputs[len(names):],
                                                           graph.constants.values())})
         fused.inference_user_outputs = list(range(len(outputs)))
         fused.sources["inference"] = GraphSource(module, len(names), list(range(len(outs))),
-                                                 _examples(nodes, names, graph.constants),
+                                                 input_examples(nodes, names, graph.constants),
                                                  configs=inference_configs(module))
         inference_arguments = _arguments(name, fused.inference_inputs, fused, constants)
     return Piece(name, outputs, fused, forward_arguments, inference_arguments)

@@ -393,6 +393,7 @@ def tensor_parallel_llama() -> dict:
                                fuse=True)
     ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=8)
     result.update(llama_generated=ours.asnumpy().tolist(), llama_torch_generated=theirs.tolist(),
+                  llama_cache_assigned=Path(lm.cell.source_file).read_text().count("self.assign("),
                   llama_cache_shapes=sorted({tuple(p.shape) for p in lm.cell.get_parameters() if len(p.shape) == 4}))
     return result
 

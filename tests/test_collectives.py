@@ -193,12 +193,14 @@ def test_lora_on_the_split_llama_trains_as_the_whole_peft_model_in_torch(ranks):
 
 
 def test_the_split_llama_generates_torchs_tokens_with_its_share_of_the_key_value_cache(ranks):
-    """from_torch_lm + generate on the split model: each rank's cache holds its key/value head (1 of 2), the
-    greedy tokens are the whole model's in torch on both ranks."""
+    """from_torch_lm (fused) + generate on the split model: each rank's cache holds its key/value head (1 of 2),
+    written in place by the programs, the greedy tokens are the whole model's in torch on both ranks."""
     for result in ranks:
         # batch, key/value heads, positions (max_length and from_torch_lm's own), head size
         assert [[b, heads, size] for b, heads, _, size in result["llama_cache_shapes"]] == [[2, 1, 16]]
         assert result["llama_generated"] == result["llama_torch_generated"]
+        # fused without a backward: each piece writes its layer's cache in place, nothing is assigned
+        assert result["llama_cache_assigned"] == 0
 
 
 def test_each_rank_reads_its_share_of_a_checkpoint_and_generates_torchs_tokens(ranks):

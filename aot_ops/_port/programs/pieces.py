@@ -11,9 +11,9 @@ piece's operator has the bprop calling its backward program, each collective the
 Sizes (sym_size and arithmetic on it) are never passed between pieces: a piece computes each size it needs from
 a tensor it takes (copied into it, as program.cpp computes sizes from shapes at run time).
 
-With fuse="compile" each piece's programs are compiled as a whole graph's are (compiled.py). What this does not do:
-the inference program writes no buffer in place (buffer_writes.py): a buffer update is a piece's output the cell
-assigns, as a per-node port does.
+With fuse="compile" each piece's programs are compiled as a whole graph's are (compiled.py). Without a backward, a
+piece writes a buffer's new value (a key/value cache's) into the buffer itself, as a whole graph's inference
+program does (buffer_writes.py), unless the programs are compiled: then the cell assigns it, as per node.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from ..read.collectives import is_collective, is_copy_region, is_wait
 from ..read.graph import Graph, read_module
 from ..trace.export import is_size
 from ..trace.fake import mode_of
+from .buffer_writes import written_in_place
 from .compiled import GraphSource, inference_configs
 from .fused import FusedGraph, add_backward, forward_program, input_examples, output_shapes, trace_joint
 from .program import build
@@ -70,16 +71,25 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
     state = dict(graph.state)
     wants_grad = _wanting_gradients(program, nodes, trainable, input_grads)
     readers = _readers_outside(runs, nodes, through)
+    # Without a backward, a buffer's new value that nothing but the module's outputs reads is written into the
+    # buffer by the piece computing it (buffer_writes.py), as a whole graph's inference program does
+    in_place = {} if training or keep_sources else _written_in_place(program, nodes, runs, through)
     out = Graph(inputs=graph.inputs, state=state,
                 constants={k: v for k, v in graph.constants.items() if k in _placeholder_names(nodes)},
                 out_spec=graph.out_spec)
     made: dict[int, Piece] = {}
+    written: set[str] = set()
     for index, run in enumerate(runs):
         if not readers[index]:
             continue  # nothing read after it (torch.export's checks alone)
         module, inputs = _piece_module(program.graph_module, run, readers[index], through)
-        made[index] = _piece(f"piece{index}", module, inputs, readers[index], out.constants, wants_grad,
-                             f"{label} piece {index}", training, evaluation)
+        writes = [(in_place[v], v) for v in readers[index] if v in in_place and in_place[v] in inputs]
+        if writes:
+            written.update(v for _, v in writes)
+            module, inputs = _piece_module(program.graph_module, run,
+                                           [v for v in readers[index] if v not in written], through)
+        made[index] = _piece(f"piece{index}", module, inputs, [v for v in readers[index] if v not in written],
+                             out.constants, wants_grad, f"{label} piece {index}", training, evaluation, writes)
         made[index].operators = len(run)
         if not keep_sources:
             made[index].fused.sources.clear()
@@ -92,9 +102,23 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
     for spec, value in zip(program.graph_signature.output_specs, output_node.args[0]):
         if spec.kind == OutputKind.USER_OUTPUT:
             out.outputs.append(through.value(value))
-        elif spec.kind == OutputKind.BUFFER_MUTATION:
+        elif spec.kind == OutputKind.BUFFER_MUTATION and through.value(value) not in written:
             out.buffer_updates.append((spec.target, through.value(value)))
     return out
+
+
+def _written_in_place(program: ExportedProgram, nodes: list[torch.fx.Node], runs: list[list[torch.fx.Node]],
+                      through: _Through) -> dict[str, str]:
+    """Buffer update value name -> its buffer's placeholder, for the updates nothing reads but the output (no
+    later piece or collective, not a module output as well)."""
+    signature = program.graph_signature
+    placeholders = {spec.target: spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.BUFFER}
+    read_by_steps = {v for names in _readers_outside(runs, nodes[:-1], through) for v in names}
+    outputs = [through.value(v) for v in nodes[-1].args[0]]
+    user = {v for spec, v in zip(signature.output_specs, outputs) if spec.kind == OutputKind.USER_OUTPUT}
+    return {v: placeholders[spec.target] for spec, v in zip(signature.output_specs, outputs)
+            if spec.kind == OutputKind.BUFFER_MUTATION and v not in read_by_steps and v not in user
+            and outputs.count(v) == 1}
 
 
 def _placeholder_names(nodes: list[torch.fx.Node]) -> set[str]:
@@ -235,9 +259,10 @@ def _floating(node: torch.fx.Node) -> bool:
 
 def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: list[str],
            constants: dict[str, torch.Tensor], wanting: set[str], label: str, training: bool,
-           evaluation: bool) -> Piece:
+           evaluation: bool, writes: list[tuple[str, str]] = ()) -> Piece:
     """The piece's programs; the constants they take are added to `constants` (the enclosing graph's), under
-    names of their own."""
+    names of their own. `writes`: (buffer placeholder, value) pairs the inference program writes into the buffer's
+    memory (without a backward: buffer_writes.py)."""
     fused = FusedGraph(None, None, [], {}, [], list(range(len(outputs))))
     forward_arguments: list[str] = []
     if training:
@@ -257,8 +282,11 @@ def _piece(name: str, module: torch.fx.GraphModule, inputs: list[str], outputs: 
     if evaluation:
         graph, names, outs = read_module(module)
         nodes = {n.name: n for n in module.graph.nodes}
+        if writes:  # (its outputs named, which must not be views of what a write overwrites)
+            graph = written_in_place(replace(graph, outputs=list(outs)), list(writes),
+                                     {n: node.meta.get("val") for n, node in nodes.items()})
         fused.inference = build(f"{label} inference", graph, names + list(graph.constants), outs,
-                                *output_shapes(nodes, outs, names))
+                                *output_shapes(nodes, outs, names), writes=list(writes))
         fused.inference_inputs = [ProgramInput.user(n) for n in names] + \
             [ProgramInput.constant(Origin.INFERENCE, n) for n in graph.constants]
         fused.constants.update({i.name: t for i, t in zip(fused.inference_inputs[len(names):],

@@ -189,8 +189,7 @@ def ported(out: Path) -> None:
                 result[f"{name}_no_gradient"] = str(exc)
         result[f"{port}cells"] = sorted({type(c).__name__ for _, c in cell.cells_and_names()
                                          if type(c).__module__.endswith("distributed")})
-        result[f"{port}counted"] = next(line for line in Path(cell.source_file).read_text().splitlines()
-                                        if "Bridged operators" in line)
+        result[f"{port}counted"] = _counted(cell)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     # bfloat16 (MindSpore's CPU collectives have no bfloat16 kernel: they carry it as float32), against torch's
     # float32 run within bfloat16's rounding
@@ -322,7 +321,6 @@ def tensor_parallel_llama() -> dict:
     import transformers
 
     import aot_ops
-    from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
 
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
@@ -333,56 +331,20 @@ def tensor_parallel_llama() -> dict:
     sharded = aot_ops.tensor_parallel(copy.deepcopy(whole))
     cell = aot_ops.from_torch(sharded, (), {"input_ids": ids, "use_cache": False})
     logits = torch.from_numpy(cell(input_ids=ms.Tensor(ids.numpy())).logits.asnumpy())
-    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather"}
-    collectives = [kinds.get(type(c), type(c).__name__) for _, c in cell.cells_and_names()
-                   if type(c).__module__ == ReduceCell.__module__]
     result = {"llama_error": float((logits - expected).abs().max() / expected.abs().max()),
-              "llama_collectives": collectives,
+              "llama_collectives": _collectives(cell),
               "llama_parameters": sum(p.size for p in cell.get_parameters()),
               "llama_whole_parameters": sum(p.numel() for p in whole.parameters())}
 
-    class Loss(nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
-
-    whole_loss, sharded_loss = Loss(copy.deepcopy(whole)).train(), Loss(sharded).train()
+    whole_loss, sharded_loss = LmLoss(copy.deepcopy(whole)).train(), LmLoss(sharded).train()
     # fused: programs between the collectives, each with its backward program
     training = aot_ops.from_torch(sharded_loss, (ids,), input_grads=False, fuse=True)
-    result["llama_fused_counted"] = next(line for line in Path(training.source_file).read_text().splitlines()
-                                         if "Bridged operators" in line)
-    training.set_train(True)
-    params = training.trainable_params()
-    grad_fn, optimizer = ms.value_and_grad(training, None, params), ms.nn.SGD(params, learning_rate=0.5)
-    torch_optimizer = torch.optim.SGD(whole_loss.parameters(), lr=0.5)
-    modules = dict(sharded_loss.named_modules())
-    losses, gradient_errors = [], {}
-    for step in range(3):
-        loss, grads = grad_fn(ms.Tensor(ids.numpy()))
-        torch_optimizer.zero_grad()
-        torch_loss = whole_loss(ids)
-        torch_loss.backward()
-        losses.append([float(loss.asnumpy()), float(torch_loss)])
-        if step == 0:
-            whole_grads = {n: p.grad for n, p in whole_loss.named_parameters()}
-            for param, grad in zip(params, grads):
-                owner, _, leaf = param.name.rpartition(".")
-                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf)
-                ours = torch.from_numpy(grad.asnumpy())
-                gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
-        optimizer(grads)
-        torch_optimizer.step()
+    result["llama_fused_counted"] = _counted(training)
+    losses, gradient_errors = _trained_beside_whole(training, sharded_loss, whole_loss, ids)
     result.update(llama_losses=losses, llama_gradient_errors=gradient_errors)
     # the trained shards gathered into the whole model's state_dict, which torch loads
     state = training.torch_state_dict()
-    reloaded = Loss(copy.deepcopy(whole))
-    reloaded.load_state_dict(state)  # strict: every key, every whole shape
-    trained = whole_loss.state_dict()
-    result["llama_gathered_error"] = max(float((v - trained[k]).abs().max() / trained[k].abs().max())
-                                         for k, v in reloaded.state_dict().items())
+    result["llama_gathered_error"] = _gathered_error(state, LmLoss(copy.deepcopy(whole)), whole_loss)
     shard = training.torch_state_dict(gather=False)
     result["llama_shard_fraction"] = sum(t.numel() for t in shard.values()) / sum(t.numel() for t in state.values())
 
@@ -404,12 +366,10 @@ def tensor_parallel_lora() -> dict:
     gathered state_dict loaded by the whole peft model."""
     import copy
 
-    import mindspore as ms
     import peft
     import transformers
 
     import aot_ops
-    from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
 
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
@@ -423,46 +383,14 @@ def tensor_parallel_lora() -> dict:
                 param.normal_(0, 0.05)
     ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4))
 
-    class Loss(nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
-
-    whole_loss = Loss(copy.deepcopy(whole)).train()
-    split_loss = Loss(aot_ops.tensor_parallel(copy.deepcopy(whole))).train()
+    whole_loss = LmLoss(copy.deepcopy(whole)).train()
+    split_loss = LmLoss(aot_ops.tensor_parallel(copy.deepcopy(whole))).train()
     cell = aot_ops.from_torch(split_loss, (ids,), input_grads=False, fuse=True)
-    cell.set_train(True)
-    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather"}
-    result = {"lora_collectives": [kinds[type(c)] for _, c in cell.cells_and_names() if type(c) in kinds]}
-    params = cell.trainable_params()
-    grad_fn, optimizer = ms.value_and_grad(cell, None, params), ms.nn.SGD(params, learning_rate=0.5)
-    torch_optimizer = torch.optim.SGD([p for p in whole_loss.parameters() if p.requires_grad], lr=0.5)
-    modules = dict(split_loss.named_modules())
-    losses, gradient_errors = [], {}
-    for step in range(3):
-        loss, grads = grad_fn(ms.Tensor(ids.numpy()))
-        torch_optimizer.zero_grad()
-        torch_loss = whole_loss(ids)
-        torch_loss.backward()
-        losses.append([float(loss.asnumpy()), float(torch_loss)])
-        if step == 0:
-            whole_grads = {n: p.grad for n, p in whole_loss.named_parameters() if p.requires_grad}
-            for param, grad in zip(params, grads):
-                owner, _, leaf = param.name.rpartition(".")
-                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf)
-                ours = torch.from_numpy(grad.asnumpy())
-                gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
-        optimizer(grads)
-        torch_optimizer.step()
-    reloaded = Loss(copy.deepcopy(whole))
-    reloaded.load_state_dict(cell.torch_state_dict())  # strict: the whole peft model's keys and shapes
-    trained = whole_loss.state_dict()
+    result = {"lora_collectives": _collectives(cell)}
+    losses, gradient_errors = _trained_beside_whole(cell, split_loss, whole_loss, ids)
     result.update(lora_losses=losses, lora_gradient_errors=gradient_errors,
-                  lora_gathered_error=max(float((v - trained[k]).abs().max() / trained[k].abs().max())
-                                          for k, v in reloaded.state_dict().items()))
+                  lora_gathered_error=_gathered_error(cell.torch_state_dict(), LmLoss(copy.deepcopy(whole)),
+                                                      whole_loss))
     return result
 
 
@@ -492,14 +420,76 @@ def tensor_parallel_checkpoint(folder: Path) -> dict:
     theirs = whole.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
     lm = aot_ops.from_pretrained(folder, max_length=16, batch_size=2, tensor_parallel=True)  # fused
     ours = aot_ops.generate(lm, ms.Tensor(prompt.numpy()), max_new_tokens=6)
-    from aot_ops._port.distributed import GatherCell, ReduceCell
-
-    talking = [{ReduceCell: "reduce", GatherCell: "gather"}[type(c)] for _, c in lm.cell.cells_and_names()
-               if type(c) in (ReduceCell, GatherCell)]
-    return {"checkpoint_collectives": talking, "checkpoint_read": read, "checkpoint_share": expected,
+    # (without a backward the copies are their inputs: none is left)
+    return {"checkpoint_collectives": _collectives(lm.cell), "checkpoint_read": read, "checkpoint_share": expected,
             "checkpoint_replicated": replicated,
             "checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
             "checkpoint_generated": ours.asnumpy().tolist(), "checkpoint_torch_generated": theirs.tolist()}
+
+
+class LmLoss(nn.Module):
+    """A causal LM's loss on its own ids (the labels the ids), what the training cases differentiate."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+
+
+def _collectives(cell) -> list[str]:
+    """The cell's collectives in order: a tensor-parallel region by its name ("reduce", "copy", "gather"), another
+    by its cell's class."""
+    from aot_ops._port.distributed import CopyCell, GatherCell, ReduceCell
+
+    kinds = {ReduceCell: "reduce", CopyCell: "copy", GatherCell: "gather"}
+    return [kinds.get(type(c), type(c).__name__) for _, c in cell.cells_and_names()
+            if type(c).__module__ == ReduceCell.__module__]
+
+
+def _counted(cell) -> str:
+    """The generated file's line counting what the cell runs (operators, programs, collectives)."""
+    return next(line for line in Path(cell.source_file).read_text().splitlines() if "Bridged operators" in line)
+
+
+def _trained_beside_whole(cell, split_loss: nn.Module, whole_loss: nn.Module, ids: torch.Tensor,
+                          steps: int = 3) -> tuple[list, dict]:
+    """`steps` SGD steps (lr 0.5) of the split port `cell` (of `split_loss`) on this rank and of the whole model in
+    torch: each step's [port's, torch's] loss, and after the first step each trainable parameter's gradient against
+    this rank's slice of the whole model's (largest difference over the largest value)."""
+    import mindspore as ms
+
+    cell.set_train(True)
+    params = cell.trainable_params()
+    grad_fn, optimizer = ms.value_and_grad(cell, None, params), ms.nn.SGD(params, learning_rate=0.5)
+    torch_optimizer = torch.optim.SGD([p for p in whole_loss.parameters() if p.requires_grad], lr=0.5)
+    modules = dict(split_loss.named_modules())
+    losses, gradient_errors = [], {}
+    for step in range(steps):
+        loss, grads = grad_fn(ms.Tensor(ids.numpy()))
+        torch_optimizer.zero_grad()
+        torch_loss = whole_loss(ids)
+        torch_loss.backward()
+        losses.append([float(loss.asnumpy()), float(torch_loss)])
+        if step == 0:
+            whole_grads = {n: p.grad for n, p in whole_loss.named_parameters() if p.requires_grad}
+            for param, grad in zip(params, grads):
+                owner, _, leaf = param.name.rpartition(".")
+                theirs = _slice_of(whole_grads[param.name], modules[owner], leaf)
+                ours = torch.from_numpy(grad.asnumpy())
+                gradient_errors[param.name] = float((ours - theirs).abs().max() / (theirs.abs().max() + 1e-12))
+        optimizer(grads)
+        torch_optimizer.step()
+    return losses, gradient_errors
+
+
+def _gathered_error(state: dict, fresh: nn.Module, trained: nn.Module) -> float:
+    """A gathered state_dict loaded (strictly: every key, every whole shape) by a fresh copy of the whole model,
+    against the whole model trained in torch: the largest relative difference over its tensors."""
+    fresh.load_state_dict(state)
+    expected = trained.state_dict()
+    return max(float((v - expected[k]).abs().max() / expected[k].abs().max()) for k, v in fresh.state_dict().items())
 
 
 def _slice_of(whole: torch.Tensor, module: nn.Module, leaf: str) -> torch.Tensor:

@@ -174,10 +174,10 @@ def _split_lora(path: str, module: nn.Module, style: str, rank: int, size: int, 
         raise PortError(f"tensor-parallel plan: {path} carries a LoRA variant (adapter {variants[0]}: DoRA or "
                         "another), whose weight norms need the whole weight; plain LoRA adapters are split")
     module.base_layer = _sharded(f"{path}.base_layer", module.base_layer, style, rank, size, ranks)
-    adapters = module.lora_B if style == "colwise" else module.lora_A
+    split = "lora_B" if style == "colwise" else "lora_A"  # the adapter's layer that meets the base's split
+    adapters = getattr(module, split)
     for name in list(adapters):
-        adapters[name] = _sharded(f"{path}.{'lora_B' if style == 'colwise' else 'lora_A'}.{name}", adapters[name],
-                                  style, rank, size, ranks)
+        adapters[name] = _sharded(f"{path}.{split}.{name}", adapters[name], style, rank, size, ranks)
 
 
 def _check_heads(model: nn.Module, size: int) -> None:

@@ -22,7 +22,9 @@ def cell(model: torch.nn.Module, plan: Plan, input_grads: bool, fuse: bool | str
     class_name = "Ported" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     graphs = {mode: use.graph for mode, use in plan.uses.items()}
     # A graph with collectives is fused piece by piece (programs/pieces.py), its cell written as a per-node one's
-    fused = {mode: use.fused for mode, use in plan.uses.items()} if fuse and not _pieced(graphs) else {}
+    pieces = {(mode, step.name): step.fused for mode, g in graphs.items() for step in g.steps
+              if isinstance(step, Piece)}
+    fused = {mode: use.fused for mode, use in plan.uses.items()} if fuse and not pieces else {}
     modules = [(path, type(m).__name__) for path, m in model.named_modules()]
     state, initial_state = _state_entries(model)
     structure = Structure(modules, (entry.key for entry in state), {e.key: e.alias_of for e in state if e.alias_of})
@@ -38,17 +40,12 @@ def cell(model: torch.nn.Module, plan: Plan, input_grads: bool, fuse: bool | str
         no_training=plan.no_training,
         operator_counts={mode: dict(Counter(op.module for op in g.operators)) for mode, g in graphs.items()},
         fused=fused, compile_on_first_use=fuse == "compile", jit=jit,
-        pieces={(mode, step.name): step.fused for mode, g in graphs.items() for step in g.steps
-                if isinstance(step, Piece)},
+        pieces=pieces,
         functions=tuple({f for use in plan.uses.values() for f in use.functions}),
         split=_split(model) if any(g.collectives for g in graphs.values()) else {})
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
-
-
-def _pieced(graphs: dict) -> bool:
-    return any(isinstance(step, Piece) for g in graphs.values() for step in g.steps)
 
 
 def _split(model: torch.nn.Module) -> dict:

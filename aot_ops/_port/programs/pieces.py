@@ -70,26 +70,28 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
     collectives = {c.name: c for c in graph.collectives}
     state = dict(graph.state)
     wants_grad = _wanting_gradients(program, nodes, trainable, input_grads)
-    readers = _readers_outside(runs, nodes, through)
+    output_node = nodes[-1]
+    outputs = [through.value(v) for v in output_node.args[0]]
+    read_by_steps = _read_by_later_steps(runs, nodes[:-1], through)
     # Without a backward, a buffer's new value that nothing but the module's outputs reads is written into the
     # buffer by the piece computing it (buffer_writes.py), as a whole graph's inference program does
-    in_place = {} if training or keep_sources else _written_in_place(program, nodes, runs, through)
+    in_place = {} if training or keep_sources else _written_in_place(program, outputs, read_by_steps)
     out = Graph(inputs=graph.inputs, state=state,
                 constants={k: v for k, v in graph.constants.items() if k in _placeholder_names(nodes)},
                 out_spec=graph.out_spec)
     made: dict[int, Piece] = {}
     written: set[str] = set()
     for index, run in enumerate(runs):
-        if not readers[index]:
+        readers = [n.name for n in run if n.name in read_by_steps or n.name in outputs]
+        if not readers:
             continue  # nothing read after it (torch.export's checks alone)
-        module, inputs = _piece_module(program.graph_module, run, readers[index], through)
-        writes = [(in_place[v], v) for v in readers[index] if v in in_place and in_place[v] in inputs]
-        if writes:
-            written.update(v for _, v in writes)
-            module, inputs = _piece_module(program.graph_module, run,
-                                           [v for v in readers[index] if v not in written], through)
-        made[index] = _piece(f"piece{index}", module, inputs, [v for v in readers[index] if v not in written],
-                             out.constants, wants_grad, f"{label} piece {index}", training, evaluation, writes)
+        reads = {through.node(source).name for node in run for source in _reads(node)}
+        writes = [(in_place[v], v) for v in readers if v in in_place and in_place[v] in reads]
+        written.update(v for _, v in writes)
+        returned = [v for v in readers if v not in written]
+        module, inputs = _piece_module(program.graph_module, run, returned, through)
+        made[index] = _piece(f"piece{index}", module, inputs, returned, out.constants, wants_grad,
+                             f"{label} piece {index}", training, evaluation, writes)
         made[index].operators = len(run)
         if not keep_sources:
             made[index].fused.sources.clear()
@@ -98,23 +100,19 @@ def pieced(program: ExportedProgram, graph: Graph, trainable: set[str], label: s
             out.steps.append(replace(collectives[item.name], inputs=[through.value(item.args[0])]))
         elif item in made:
             out.steps.append(made[item])
-    output_node = nodes[-1]
-    for spec, value in zip(program.graph_signature.output_specs, output_node.args[0]):
+    for spec, value in zip(program.graph_signature.output_specs, outputs):
         if spec.kind == OutputKind.USER_OUTPUT:
-            out.outputs.append(through.value(value))
-        elif spec.kind == OutputKind.BUFFER_MUTATION and through.value(value) not in written:
-            out.buffer_updates.append((spec.target, through.value(value)))
+            out.outputs.append(value)
+        elif spec.kind == OutputKind.BUFFER_MUTATION and value not in written:
+            out.buffer_updates.append((spec.target, value))
     return out
 
 
-def _written_in_place(program: ExportedProgram, nodes: list[torch.fx.Node], runs: list[list[torch.fx.Node]],
-                      through: _Through) -> dict[str, str]:
+def _written_in_place(program: ExportedProgram, outputs: list[str], read_by_steps: set[str]) -> dict[str, str]:
     """Buffer update value name -> its buffer's placeholder, for the updates nothing reads but the output (no
-    later piece or collective, not a module output as well)."""
+    later piece or collective, not a module output as well). `outputs`: the output node's value names."""
     signature = program.graph_signature
     placeholders = {spec.target: spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.BUFFER}
-    read_by_steps = {v for names in _readers_outside(runs, nodes[:-1], through) for v in names}
-    outputs = [through.value(v) for v in nodes[-1].args[0]]
     user = {v for spec, v in zip(signature.output_specs, outputs) if spec.kind == OutputKind.USER_OUTPUT}
     return {v: placeholders[spec.target] for spec, v in zip(signature.output_specs, outputs)
             if spec.kind == OutputKind.BUFFER_MUTATION and v not in read_by_steps and v not in user
@@ -189,11 +187,11 @@ def _reads(node: torch.fx.Node) -> list[torch.fx.Node]:
     return reads
 
 
-def _readers_outside(runs: list[list[torch.fx.Node]], nodes: list[torch.fx.Node],
-                     through: _Through) -> list[list[str]]:
-    """Per run, the names of its values read after it: by another run, a collective or the graph's outputs."""
+def _read_by_later_steps(runs: list[list[torch.fx.Node]], nodes: list[torch.fx.Node], through: _Through) -> set[str]:
+    """The names of the runs' values read outside the run computing them: by another run or a collective (`nodes`:
+    the graph's, its output node left out)."""
     owner = {n.name: k for k, run in enumerate(runs) for n in run}
-    read: list[set[str]] = [set() for _ in runs]
+    read: set[str] = set()
     for node in nodes:
         if node.op == "call_function" and (is_size(node) or through.passes(node)):
             continue
@@ -202,8 +200,8 @@ def _readers_outside(runs: list[list[torch.fx.Node]], nodes: list[torch.fx.Node]
             name = through.value(arg)
             source = owner.get(name)
             if source is not None and source != here:
-                read[source].add(name)
-    return [[n.name for n in run if n.name in read[k]] for k, run in enumerate(runs)]
+                read.add(name)
+    return read
 
 
 def _piece_module(root: torch.fx.GraphModule, run: list[torch.fx.Node], outputs: list[str],

@@ -112,6 +112,7 @@ _LAZY = {
     "train_step": ("._core.train_step", "train_step"),
     "torch_process_group": ("._port.distributed", "torch_process_group"),
     "tensor_parallel": ("._port.tensor_parallel", "tensor_parallel"),
+    "shard": ("._port.sharded", "shard"),
     "zoo": (".tools.zoo", None),
 }
 

@@ -315,3 +315,9 @@ def collective_name(target) -> str | None:
     if getattr(target, "namespace", None) != "_c10d_functional":
         return None
     return schema_of(target).name.split("::")[-1]
+
+
+def own_parameters(module: torch.nn.Module) -> dict:
+    """A module's own parameter table (`_parameters`: name -> Parameter or None, not its submodules'), which
+    aot_ops.shard edits to take a parameter out of a module (_port/sharded.py; tests/test_sharded.py)."""
+    return module._parameters

@@ -38,3 +38,14 @@ def tensor_parallel_plan(model: Any) -> dict[str, str]:
     none. Without it aot_ops.tensor_parallel would rebuild that merge itself (_port/tensor_parallel.py;
     tests/test_collectives.py)."""
     return dict(getattr(model, "_tp_plan", None) or {})
+
+
+def no_split_classes(model: Any) -> list[str]:
+    """The class names of a model's layers that transformers never splits across devices (`_no_split_modules`: its
+    decoder layers), of the model or of a module inside it (the model peft wraps); [] for none. What
+    aot_ops.shard takes as its units (_port/sharded.py; tests/test_sharded.py)."""
+    for module in model.modules():
+        names = getattr(module, "_no_split_modules", None)
+        if names:
+            return list(names)
+    return []

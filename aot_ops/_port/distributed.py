@@ -69,6 +69,20 @@ def gathered_whole(state: dict, split: dict) -> dict:
     return whole
 
 
+def gathered_flat_shards(state: dict, flats: dict) -> dict:
+    """A sharded model's state_dict (torch tensors) with every flat shard gathered from the ranks and cut back into
+    its parameters (sharded.unflattened). Every rank calls it."""
+    import torch
+    from mindspore.communication import GlobalComm
+
+    from .sharded import unflattened
+
+    gather = ops.AllGather(GlobalComm.WORLD_COMM_GROUP)
+    whole = {key: torch.from_numpy(gather(ms.Tensor(state[key].float().numpy())).asnumpy())
+             for key in flats}  # float32 on the CPU, whose AllGather has no bfloat16 kernel (exact)
+    return unflattened(state, flats, whole)
+
+
 _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.ReduceOp.PROD,
            "min": ops.ReduceOp.MIN, "max": ops.ReduceOp.MAX}
 ON_CPU_BY_GATHERING = ("max", "min", "product")  # MindSpore 2.10's CPU AllReduce sums whatever it is given
@@ -88,14 +102,17 @@ def _world_group(kind: str, ranks, where: str) -> tuple[str, int, int]:
 
 
 def collective_cell(kind: str, ranks: tuple, reduce_op: str | None = None, src: int | None = None,
-                    where: str = "") -> ms.nn.Cell:
+                    dtype: str | None = None, where: str = "") -> ms.nn.Cell:
     """The cell running one collective of a ported graph (read/collectives.py's kinds): one of torch's functional
-    collectives, or a tensor-parallel region (parallel_regions.py), each with the gradient torch gives it."""
+    collectives, or a region (parallel_regions.py), each with the gradient torch gives it."""
     cells = {"all_reduce": AllReduceCell, "reduce_scatter_tensor": ReduceScatterCell,
              "all_gather_into_tensor": AllGatherCell, "all_to_all_single": AllToAllCell,
-             "broadcast": BroadcastCell, "tp_reduce": ReduceCell, "tp_copy": CopyCell, "tp_gather": GatherCell}
+             "broadcast": BroadcastCell, "tp_reduce": ReduceCell, "tp_copy": CopyCell, "tp_gather": GatherCell,
+             "tp_unshard": UnshardCell}
     if kind not in cells:
         raise PortError(f"{where}: the collective {kind} is not bridged")
+    if kind == "tp_unshard":
+        return UnshardCell(kind, ranks, where, dtype=dtype)
     return cells[kind](kind, ranks, where, reduce_op=reduce_op, src=src)
 
 
@@ -301,3 +318,46 @@ class GatherCell(CollectiveCell):
     def backward(self, dout):
         width = dout.shape[-1] // self.size
         return dout[..., self.rank * width:(self.rank + 1) * width]
+
+
+class UnshardCell(CollectiveCell):
+    """A unit's flat shard gathered (parallel_regions.unshard, sharded.py): the ranks' shards one after the other,
+    in the parameters' dtype; the gradient reduce-scattered and averaged over the ranks, in the shard's dtype (the
+    master weights'). Off the CPU the shard is cast before the all-gather and the gradient reduce-scattered in the
+    parameters' dtype (half the bytes of float32 for bfloat16); on the CPU, whose collectives run in float32, the
+    float32 shard is gathered and cast after, the gradient summed in float32: the same gathered values, a sum
+    rounded once."""
+
+    def __init__(self, kind: str, ranks: tuple, where: str, dtype: str):
+        super().__init__(kind, ranks, where)
+        self.dtype = getattr(ms, dtype)
+        self.scale = 1.0 / self.size
+
+    def construct(self, shard):
+        if self.on_cpu:
+            return self.all_gather(shard.astype(ms.float32)).astype(self.dtype)
+        return self.all_gather(shard.astype(self.dtype))
+
+    def bprop(self, shard, out, dout):
+        return (self.shard_gradient(shard, dout),)
+
+    def shard_gradient(self, shard, dout):
+        """The gradient of `shard` from its gathered tensor's `dout` (GatheredPiece's backward calls it too)."""
+        if self.on_cpu:
+            return (self.reduce_scatter_sum(dout.astype(ms.float32)) * self.scale).astype(shard.dtype)
+        return (self.reduce_scatter_sum(dout) * self.scale).astype(shard.dtype)
+
+
+class GatheredPiece(ms.nn.Cell):
+    """A piece of a sharded port (programs/pieces.py) with the all-gathers of the layer weights it alone takes:
+    it gathers them, runs the piece's forward program and lets them go; its backward gathers them again for the
+    piece's backward program, whose weight gradients it reduce-scatters (UnshardCell.shard_gradient). So MindSpore's
+    autodiff keeps the shards, not the gathered weights: a layer's whole weights live while it runs. The generated
+    cell (codegen.py) subclasses it with a construct and a bprop naming their inputs (GRAPH_MODE compiles both
+    from source); `gather_<k>` is the UnshardCell of input k."""
+
+    def __init__(self, piece, piece_bprop, gathers: dict):
+        super().__init__()
+        self.piece, self.piece_bprop = piece, piece_bprop
+        for position, cell in gathers.items():
+            setattr(self, f"gather_{position}", cell)

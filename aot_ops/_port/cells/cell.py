@@ -68,6 +68,9 @@ class PortSpec:
     # a model split over the job's ranks (tensor_parallel.py): state_dict key -> (dimension, this rank's start and
     # stop, whole size) of each split tensor, which torch_state_dict gathers
     split: dict = field(default_factory=dict)
+    # a model sharded over the job's ranks (sharded.py): state_dict key -> sharded.FlatLayout of each flat shard,
+    # which torch_state_dict gathers into its parameters' own keys
+    flat_shards: dict = field(default_factory=dict)
 
 
 class StateWrite(nn.Cell):
@@ -128,7 +131,11 @@ class PortedCell(nn.Cell):
         check_inputs(self.module_name, self._spec.inputs, args)
         graph_mode = ms.get_context("mode") == ms.GRAPH_MODE
         keep_saved = not graph_mode and self._may_differentiate()
-        as_graph = graph_mode or (self._runs_as_graph() and not keep_saved)
+        # a sharded port's PyNative training step runs operator by operator: an ms.jit graph's forward would keep
+        # every layer's gathered weights for its backward graph (distributed.GatheredPiece)
+        sharded_step = not graph_mode and self.training and bool(self._spec.flat_shards) and \
+            (self.requires_grad or recording_gradients())
+        as_graph = graph_mode or (self._runs_as_graph() and not keep_saved and not sharded_step)
         spec = self._spec.out_spec
         flat_twin = self.__dict__.get("_flat_twin")
         with COLLECTED_GRAPHS.call(), CALL_LOCK:  # one thread at a time (see _core/primitive.py: CALL_LOCK)
@@ -250,6 +257,14 @@ class PortedCell(nn.Cell):
         return self.__dict__["_piece_programs"][(Mode(mode), piece)].forward_operator(
             bprop_factory, self._constant_of(mode, f"{piece}_"))
 
+    def make_gathered_piece(self, mode: str, piece: str, bprop_factory, cls, gathers: dict):
+        """A piece of a sharded port with the gathers of the layer weights it alone takes (distributed.GatheredPiece):
+        `cls` the generated subclass, `gathers` its UnshardCells by input position."""
+        programs = self.__dict__["_piece_programs"][(Mode(mode), piece)]
+        constant = self._constant_of(mode, f"{piece}_")
+        return cls(programs.forward_operator(bprop_factory, constant), programs.backward_function(bprop_factory, constant),
+                   gathers)
+
     def make_piece_inference(self, mode: str, piece: str, bprop_factory) -> AotOp:
         """A piece's inference program as one operator; its bprop (a gradient asked in evaluation) runs the piece's
         forward program again, then its backward program."""
@@ -296,12 +311,18 @@ class PortedCell(nn.Cell):
         """The module's state_dict (same keys, torch tensors) with this cell's current values: load it into the
         torch module with module.load_state_dict. A model split over the job's ranks (aot_ops.tensor_parallel):
         every split tensor gathered whole from the ranks, the whole model's state_dict, which every rank must ask
-        for (a collective); `gather=False`: this rank's shard."""
+        for (a collective); a sharded model (aot_ops.shard): every flat shard gathered and cut back into its
+        parameters, under their own keys and in their own dtype. `gather=False`: this rank's shards, as the cell
+        holds them (a per-rank checkpoint, which load_torch_state_dict takes back)."""
         state = torch_state_dict(self._parameters, self._spec.state)
         if gather and self._spec.split:
             from ..distributed import gathered_whole
 
             state = gathered_whole(state, self._spec.split)
+        if gather and self._spec.flat_shards:
+            from ..distributed import gathered_flat_shards
+
+            state = gathered_flat_shards(state, self._spec.flat_shards)
         return state
 
     def load_torch_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> IncompatibleKeys:

@@ -66,6 +66,8 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
            "from aot_ops._port.cells.module_tree import OperatorSet",
            *(["from aot_ops._port.distributed import collective_cell"]
              if any(g.collectives for g in graphs.values()) else []),
+           *(["from aot_ops._port.distributed import GatheredPiece"]
+             if any(_gathered(m, g) for m, g in graphs.items()) else []),
            ""]
     cls = ["",
            f"class {class_name}(PortedCell):",
@@ -94,6 +96,11 @@ def generate(class_name: str, module_name: str, graphs: dict[str, Graph], no_tra
                                   _inference_bprop(f"{mode}_{step.name}", step.fused))]
     for name, captured, params, body in factories:
         out.extend(["", *bprop_source(name, captured, params, body, _wrap)])
+    for mode, graph in graphs.items():
+        pieces = {step.name: step for step in graph.steps if isinstance(step, Piece)}
+        for name, gathers in _gathered(mode, graph).items():
+            frozen = {k for k, c in gathers.items() if _is_frozen_shard(graph.state.get(c.inputs[0], ""))}
+            out.extend(_gathered_piece_class(mode, pieces[name], gathers, frozen))
     return "\n".join(out + cls) + "\n"
 
 
@@ -128,7 +135,7 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
                 out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_collective(op)}", "            "))
                 continue
             if isinstance(op, Piece):
-                out.extend(_piece_operators(mode, op))
+                out.extend(_piece_operators(mode, op, _gathered(mode, graph).get(op.name)))
                 continue
             if not isinstance(op, Operator):
                 continue
@@ -242,12 +249,16 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward
     # An operator returning a list of one tensor (unbind over a size-1 dimension) gives the tensor itself, as every
     # one-output MindSpore operator does: its item is the result, not the result's first row.
     bare = {step.name for step in graph.steps if isinstance(step, Operator) and step.num_outputs == 1}
+    gathered = _gathered(mode, graph)
+    inside = {c.name for gathers in gathered.values() for c in gathers.values()}  # called by a GatheredPiece
     for step in graph.steps:
         if isinstance(step, Item):
             item = value(step.of) if step.of in bare else f"{value(step.of)}[{step.index}]"
             lines.append(f"        {step.name} = {item}")
         elif isinstance(step, Piece):
-            lines.extend(_piece_call(mode, ops, step, value))
+            lines.extend(_piece_call(mode, ops, step, value, gathered.get(step.name, {})))
+        elif step.name in inside:
+            continue
         else:
             shape_inputs = step.shape_inputs if isinstance(step, Operator) else []
             args = ", ".join(value(v) for v in step.inputs + shape_inputs)
@@ -259,12 +270,17 @@ def _forward(mode: str, graph: Graph, state_expr: Callable[[str], str], backward
     return lines
 
 
-def _piece_operators(mode: str, piece: Piece) -> list[str]:
+def _piece_operators(mode: str, piece: Piece, gathers: dict[int, Collective] | None = None) -> list[str]:
     """make_operators' lines for a piece (programs/pieces.py): its forward program, whose bprop calls its backward
-    program, where it trains; its inference program where it evaluates."""
+    program, where it trains (with `gathers`, in its GatheredPiece); its inference program where it evaluates."""
     ops, backward = Mode(mode).attribute, piece.fused.backward is not None
     lines = [f"        # {piece.name}: {piece.operators} operators of the graph, as programs"]
-    if piece.trains and mode != _EVAL:
+    if piece.trains and mode != _EVAL and gathers:
+        cells = ", ".join(f"{k}: {ops}.{c.name}" for k, c in gathers.items())
+        lines.extend(_wrap(f"        {ops}.{piece.name} = self.make_gathered_piece({mode!r}, {piece.name!r}, "
+                           f"_bprop_{mode}_{piece.name}, {_gathered_class(mode, piece)}, {{{cells}}})",
+                           "            "))
+    elif piece.trains and mode != _EVAL:
         bprop = f"_bprop_{mode}_{piece.name}" if backward else "None"
         lines.append(f"        {ops}.{piece.name} = self.make_piece({mode!r}, {piece.name!r}, {bprop})")
     if piece.evaluates and mode != _TRAIN:
@@ -274,24 +290,84 @@ def _piece_operators(mode: str, piece: Piece) -> list[str]:
     return lines
 
 
-def _piece_call(mode: str, ops: str, piece: Piece, value: Callable[[str], str]) -> list[str]:
+def _piece_call(mode: str, ops: str, piece: Piece, value: Callable[[str], str],
+                gathers: dict[int, Collective]) -> list[str]:
     """A piece's call in a forward method and its outputs: the forward program in training (its saved tensors
-    follow the outputs), the inference program in evaluation."""
+    follow the outputs; with `gathers`, its GatheredPiece given the shards where the gathered weights stood), the
+    inference program in evaluation (after those gathers)."""
     def call(indent: str, operator: str, arguments: list[str], num_outputs: int) -> list[str]:
-        lines = _wrap(f"{indent}{piece.name} = {ops}.{operator}({', '.join(value(a) for a in arguments)})",
-                      indent + "    ")
+        lines = _wrap(f"{indent}{piece.name} = {ops}.{operator}({', '.join(arguments)})", indent + "    ")
         for k, name in enumerate(piece.outputs):
             lines.append(f"{indent}{name} = {piece.name}{'' if num_outputs == 1 else f'[{k}]'}")
         return lines
 
-    training = call("        ", piece.name, piece.forward_arguments, piece.fused.forward.num_outputs) \
-        if piece.trains and mode != _EVAL else []
-    evaluation = call("        ", f"{piece.name}_inference", piece.inference_arguments,
-                      piece.fused.inference.num_outputs) if piece.evaluates and mode != _TRAIN else []
+    training = []
+    if piece.trains and mode != _EVAL:
+        arguments = [value(gathers[k].inputs[0]) if k in gathers else value(a)
+                     for k, a in enumerate(piece.forward_arguments)]
+        training = call("        ", piece.name, arguments, piece.fused.forward.num_outputs)
+    evaluation = []
+    if piece.evaluates and mode != _TRAIN:
+        evaluation = [line for c in gathers.values()
+                      for line in _wrap(f"        {c.name} = {ops}.{c.name}({value(c.inputs[0])})", "            ")]
+        evaluation += call("        ", f"{piece.name}_inference", [value(a) for a in piece.inference_arguments],
+                           piece.fused.inference.num_outputs)
     if training and evaluation:
         return ["        if self.training:", *(f"    {line}" for line in training),
                 "        else:", *(f"    {line}" for line in evaluation)]
     return training or evaluation
+
+
+def _gathered(mode: str, graph: Graph) -> dict[str, dict[int, Collective]]:
+    """The gathers of a sharded port (tp_unshard: a layer's weights) that a piece which trains alone reads, by that
+    piece and the position of its forward input: that piece's GatheredPiece runs them, forward and backward."""
+    if mode == _EVAL:
+        return {}
+    unshards = {c.name: c for c in graph.collectives if c.kind == "tp_unshard"}
+    readers: dict[str, list] = {}
+    for step in graph.steps:
+        read = (step.forward_arguments + step.inference_arguments) if isinstance(step, Piece) else \
+            (getattr(step, "inputs", []) + getattr(step, "shape_inputs", []))
+        for name in read:
+            if name in unshards:
+                readers.setdefault(name, []).append(step)
+    found: dict[str, dict[int, Collective]] = {}
+    for name, steps in readers.items():
+        piece = steps[0]
+        alone = all(s is piece for s in steps) and name not in graph.outputs
+        if alone and isinstance(piece, Piece) and piece.trains and piece.fused.backward is not None \
+                and piece.forward_arguments.count(name) == 1:
+            found.setdefault(piece.name, {})[piece.forward_arguments.index(name)] = unshards[name]
+    return {piece: dict(sorted(gathers.items())) for piece, gathers in found.items()}
+
+
+def _gathered_class(mode: str, piece: Piece) -> str:
+    return f"_Gathered_{mode}_{piece.name}"
+
+
+def _is_frozen_shard(key: str) -> bool:
+    from ..sharded import FROZEN
+
+    return key.rpartition(".")[2] == FROZEN
+
+
+def _gathered_piece_class(mode: str, piece: Piece, gathers: dict[int, Collective], frozen: set[int]) -> list[str]:
+    """The GatheredPiece subclass of a piece (distributed.py): construct and bprop naming every input, as GRAPH_MODE
+    compiles them from source. A frozen shard (`frozen`: the positions of sharded.FROZEN Parameters, a LoRA's
+    base) is gathered again for the backward but its gradient is not reduce-scattered."""
+    inputs = [f"a{k}" for k in range(len(piece.forward_arguments))]
+    full = ", ".join(f"self.gather_{k}({a})" if k in gathers else a for k, a in enumerate(inputs))
+    grads = ", ".join(f"_ops.zeros_like({a})" if k in frozen else
+                      f"self.gather_{k}.shard_gradient({a}, g[{k}])" if k in gathers else f"g[{k}]"
+                      for k, a in enumerate(inputs))
+    return ["", "",
+            f"class {_gathered_class(mode, piece)}(GatheredPiece):",
+            *_wrap(f"    def construct(self, {', '.join(inputs)}):", "            "),
+            *_wrap(f"        return self.piece({full})", "            "),
+            "",
+            *_wrap(f"    def bprop(self, {', '.join(inputs + ['out', 'dout'])}):", "            "),
+            *_wrap(f"        g = self.piece_bprop({full}, out, dout)", "            "),
+            *_wrap(f"        return ({grads}{',' if len(inputs) == 1 else ''})", "            ")]
 
 
 def _fused_forward(mode: str, graph: Graph, fused, state_expr: Callable[[str], str],
@@ -448,8 +524,9 @@ def _aten_op(op: Operator) -> str:
 def _collective(step: Collective) -> str:
     """A MindSpore communication operator for a torch collective (distributed.py), named by where torch called it."""
     where = f"{step.name} ({step.module or '(root)'}: {step.source})"
+    dtype = "" if step.dtype is None else f"dtype={step.dtype!r}, "
     return (f"collective_cell({step.kind!r}, {step.ranks!r}, reduce_op={step.reduce_op!r}, src={step.src!r}, "
-            f"where={where!r})")
+            f"{dtype}where={where!r})")
 
 
 def _literal(value: Any) -> str:

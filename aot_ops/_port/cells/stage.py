@@ -42,7 +42,8 @@ def cell(model: torch.nn.Module, plan: Plan, input_grads: bool, fuse: bool | str
         fused=fused, compile_on_first_use=fuse == "compile", jit=jit,
         pieces=pieces,
         functions=tuple({f for use in plan.uses.values() for f in use.functions}),
-        split=_split(model) if any(g.collectives for g in graphs.values()) else {})
+        split=_split(model) if any(g.collectives for g in graphs.values()) else {},
+        flat_shards=_flat_shards(model))
     cell = cls(spec, initial_state, share_weights)
     cell.source_file = str(path)
     return cell
@@ -52,6 +53,12 @@ def _split(model: torch.nn.Module) -> dict:
     from ..tensor_parallel import shares
 
     return shares(model)
+
+
+def _flat_shards(model: torch.nn.Module) -> dict:
+    from ..sharded import flat_shards
+
+    return flat_shards(model)
 
 
 def _state_entries(model: torch.nn.Module) -> tuple[list[StateEntry], dict[str, torch.Tensor]]:

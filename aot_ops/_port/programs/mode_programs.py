@@ -64,6 +64,12 @@ class ModePrograms:
         return self._forward_with_bprop(self._programs["forward"], self._programs["backward"], bprop_factory,
                                         constant)
 
+    def backward_function(self, bprop_factory: Callable, constant: Callable[[ProgramInput], object]) -> Callable:
+        """The forward operator's bprop (a function of its inputs, out and dout) calling the backward program, for a
+        cell calling it from a backward of its own (distributed.GatheredPiece)."""
+        constants = tuple(constant(i) for i in self.fused.backward_constants)
+        return bprop_factory(program_operator(self._programs["backward"], eager_front=False), constants)
+
     def keeping_operator(self, bprop_factory: Callable,
                          constant: Callable[[ProgramInput], object]) -> AotOp:
         """The forward program keeping its saved tensors in the library (saved_in_library.py), its bprop calling

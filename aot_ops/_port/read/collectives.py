@@ -28,14 +28,15 @@ class Collective:
 
     name: str
     kind: str                  # "all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor",
-                               # "all_to_all_single", "broadcast"; "tp_reduce", "tp_copy", "tp_gather"
-                               # (parallel_regions.py)
+                               # "all_to_all_single", "broadcast"; "tp_reduce", "tp_copy", "tp_gather",
+                               # "tp_unshard" (parallel_regions.py)
     inputs: list[str]          # the one tensor it is called with
     ranks: tuple[int, ...]     # the torch group's ranks, in its order
     reduce_op: str | None      # all_reduce, reduce_scatter_tensor: one of REDUCE_OPS
     src: int | None            # broadcast: the group rank whose tensor every rank receives; tp_gather: this rank
     module: str
     source: str
+    dtype: str | None = None   # tp_unshard: the dtype it gathers to (torch's name: "bfloat16")
 
 
 def is_wait(target) -> bool:
@@ -52,7 +53,7 @@ def is_copy_region(target) -> bool:
 
 
 def _region(target) -> str | None:
-    """"reduce", "copy" or "gather" for a tensor-parallel region's operator (parallel_regions.py), else None."""
+    """"reduce", "copy", "gather" or "unshard" for a region's operator (parallel_regions.py), else None."""
     if getattr(target, "namespace", None) != REGIONS:
         return None
     return str(target.name()).split("::")[-1].split(".")[0]
@@ -65,6 +66,9 @@ def read_collective(node: torch.fx.Node, input_name: str) -> Collective:
     path, _kind = module_of(node)
     common = dict(name=node.name, inputs=[input_name], module=path, source=source_line(node, short=True))
     region = _region(node.target)
+    if region == "unshard":  # a flat shard (sharded.py) and the dtype it is gathered to
+        return Collective(kind="tp_unshard", ranks=tuple(int(r) for r in args[1]), reduce_op=None, src=None,
+                          dtype=str(args[2]).removeprefix("torch."), **common)
     if region is not None:  # ranks given as a list of ints; gather also names this rank
         return Collective(kind=f"tp_{region}", ranks=tuple(int(r) for r in args[1]), reduce_op=None,
                           src=int(args[2]) if region == "gather" else None, **common)

@@ -10,8 +10,8 @@ ports a 1-layer model of the same shape first (the modules a first port imports,
 from its baseline (the process's resident memory before the model exists) builds the model, shards it
 (aot_ops.shard: float32 master shards), ports it (fuse=True), deletes the torch model and trains `--steps` steps of
 MindSpore's AdamW (`nn.AdamWeightDecay`) on its own `--tokens` tokens. It reports its resident peak during the
-steps above the baseline (the shards, their gradients, AdamW's two moments, a layer's gathered weights and its gradients,
-the activations, MindSpore's own), against the single-process training state of the same model: 16 bytes a
+steps above the baseline (the shards, their gradients, AdamW's two moments, a layer's gathered weights and its
+gradients, the activations, MindSpore's own) and what the step's tensors hold (shards, gradients, moments), against the single-process training state of the same model: 16 bytes a
 parameter (bfloat16 weights and gradients, float32 master weights and two moments), the least one device
 training it alone would hold. The target: the peak within 1/N of that state + one layer's gathered bfloat16
 weights + 15%. On one machine the ranks together still hold the whole state (and each its own MindSpore and torch).
@@ -155,7 +155,8 @@ def main(argv=None) -> int:
         for row in rows[ranks]:
             share, target = budget(row)
             print(f"  rank {row['rank']}: shards {row['held'] / 1e9:.2f} GB; shards, gradients and moments "
-                  f"{row['live'] / 1e9:.2f} GB = {row['live'] / share:.3f}x its 1/N of the state; peak {row['peak'] / 1e9:.2f} GB "
+                  f"{row['live'] / 1e9:.2f} GB = {row['live'] / share:.3f}x its 1/N of the state; "
+                  f"peak {row['peak'] / 1e9:.2f} GB "
                   f"= {row['peak'] / share:.3f}x its 1/N of the state ({share / 1e9:.2f} GB; target "
                   f"{target / 1e9:.2f} GB: {'met' if row['peak'] <= target else 'NOT met'}); after the steps "
                   f"{row['after'] / 1e9:.2f} GB; losses {[round(x, 4) for x in row['losses']]}; port "

@@ -262,8 +262,8 @@ class PortedCell(nn.Cell):
         `cls` the generated subclass, `gathers` its UnshardCells by input position."""
         programs = self.__dict__["_piece_programs"][(Mode(mode), piece)]
         constant = self._constant_of(mode, f"{piece}_")
-        return cls(programs.forward_operator(bprop_factory, constant), programs.backward_function(bprop_factory, constant),
-                   gathers)
+        return cls(programs.forward_operator(bprop_factory, constant),
+                   programs.backward_function(bprop_factory, constant), gathers)
 
     def make_piece_inference(self, mode: str, piece: str, bprop_factory) -> AotOp:
         """A piece's inference program as one operator; its bprop (a gradient asked in evaluation) runs the piece's

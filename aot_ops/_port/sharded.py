@@ -53,7 +53,7 @@ def shard(model: nn.Module, *, size: bool | int = True, units: list[str] | None 
           master_dtype: torch.dtype | None = torch.float32) -> nn.Module:
     """`model` sharded in place over the ranks of this MindSpore job (msrun): see the module's docstring. `size`:
     True, or the number of ranks, which must be the job's. `units`: module path patterns (`*` for a layer
-    number) of the units, default the model's repeated layers. `master_dtype`: the shards' dtype for floating
+    number) of the units, default the model's repeated layers and its untied embeddings. `master_dtype`: the shards' dtype for floating
     parameters of a narrower one (None: their own). Port it with from_torch on every rank, each rank calling it
     with its own part of the batch."""
     from .distributed import split_over_job

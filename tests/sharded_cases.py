@@ -12,18 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from collective_cases import LmLoss  # (this folder: msrun runs the script from it)
+
 BATCH, LENGTH, STEPS, LR = 8, 12, 5, 1e-3
-
-
-class LmLoss(nn.Module):
-    """A causal LM's loss on its own ids (the labels the ids)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids):
-        return self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
 
 
 def llama(layers: int = 4):

@@ -55,32 +55,30 @@ def _mindspore_rank_and_size() -> tuple[int, int]:
 def gathered_whole(state: dict, split: dict) -> dict:
     """A split model's state_dict (torch tensors) with each split tensor put together from every rank's share, in
     rank order along its dimension (cells.cell.PortedCell.torch_state_dict). Every rank calls it."""
+    whole = type(state)(state)  # the same keys in the same order, the split ones replaced
+    for key, (dim, _start, _stop, _size) in split.items():
+        share = state[key]
+        joined = _all_gathered(share.movedim(dim, 0))  # AllGather joins along dimension 0
+        whole[key] = joined.to(share.dtype).movedim(0, dim).contiguous()
+    return whole
+
+
+def _all_gathered(tensor):
+    """The ranks' torch tensors one after the other along dimension 0, in float32 (the CPU's AllGather has no
+    bfloat16 kernel; exact: float32 holds every bfloat16 and float16 value)."""
     import torch
     from mindspore.communication import GlobalComm
 
     gather = ops.AllGather(GlobalComm.WORLD_COMM_GROUP)
-    whole = type(state)(state)  # the same keys in the same order, the split ones replaced
-    for key, (dim, _start, _stop, _size) in split.items():
-        share = state[key]
-        leading = share.movedim(dim, 0).contiguous().float()  # AllGather joins along dimension 0; float32 on the
-        # CPU, whose AllGather has no bfloat16 kernel (exact: float32 holds every bfloat16 and float16 value)
-        joined = torch.from_numpy(gather(ms.Tensor(leading.numpy())).asnumpy())
-        whole[key] = joined.to(share.dtype).movedim(0, dim).contiguous()
-    return whole
+    return torch.from_numpy(gather(ms.Tensor(tensor.contiguous().float().numpy())).asnumpy())
 
 
 def gathered_flat_shards(state: dict, flats: dict) -> dict:
     """A sharded model's state_dict (torch tensors) with every flat shard gathered from the ranks and cut back into
     its parameters (sharded.unflattened). Every rank calls it."""
-    import torch
-    from mindspore.communication import GlobalComm
-
     from .sharded import unflattened
 
-    gather = ops.AllGather(GlobalComm.WORLD_COMM_GROUP)
-    whole = {key: torch.from_numpy(gather(ms.Tensor(state[key].float().numpy())).asnumpy())
-             for key in flats}  # float32 on the CPU, whose AllGather has no bfloat16 kernel (exact)
-    return unflattened(state, flats, whole)
+    return unflattened(state, flats, {key: _all_gathered(state[key]) for key in flats})
 
 
 _REDUCE = {"sum": ops.ReduceOp.SUM, "avg": ops.ReduceOp.SUM, "product": ops.ReduceOp.PROD,

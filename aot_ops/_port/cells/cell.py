@@ -133,8 +133,7 @@ class PortedCell(nn.Cell):
         keep_saved = not graph_mode and self._may_differentiate()
         # a sharded port's PyNative training step runs operator by operator: an ms.jit graph's forward would keep
         # every layer's gathered weights for its backward graph (distributed.GatheredPiece)
-        sharded_step = not graph_mode and self.training and bool(self._spec.flat_shards) and \
-            (self.requires_grad or recording_gradients())
+        sharded_step = not graph_mode and bool(self._spec.flat_shards) and self._training_under_gradient()
         as_graph = graph_mode or (self._runs_as_graph() and not keep_saved and not sharded_step)
         spec = self._spec.out_spec
         flat_twin = self.__dict__.get("_flat_twin")
@@ -180,8 +179,12 @@ class PortedCell(nn.Cell):
         tensors in the library (programs/saved_in_library.py: big enough to matter): it runs construct operator by
         operator (one program call, its buffer updates), not as an ms.jit graph, whose forward and backward graphs
         each keep their memory from call to call (docs/performance.md, training memory)."""
-        return (self.training and self.__dict__["_can_keep_saved"]
-                and (self.requires_grad or recording_gradients()))
+        return self.__dict__["_can_keep_saved"] and self._training_under_gradient()
+
+    def _training_under_gradient(self) -> bool:
+        """A training call whose gradient MindSpore may record (the cell differentiated itself, or inside a
+        gradient)."""
+        return self.training and (self.requires_grad or recording_gradients())
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -130,12 +130,13 @@ def _make_operators(graphs: dict[str, Graph], fused: dict | None) -> list[str]:
                 out.append(f"        {Mode(mode).attribute}.inference = self.make_inference({mode!r}, "
                            f"{'_inference_bprop_' + mode if has_backward else 'None'})")
             continue
+        gathered = _gathered(mode, graph)
         for op in graph.steps:
             if isinstance(op, Collective):
                 out.extend(_wrap(f"        {Mode(mode).attribute}.{op.name} = {_collective(op)}", "            "))
                 continue
             if isinstance(op, Piece):
-                out.extend(_piece_operators(mode, op, _gathered(mode, graph).get(op.name)))
+                out.extend(_piece_operators(mode, op, gathered.get(op.name)))
                 continue
             if not isinstance(op, Operator):
                 continue

@@ -2,19 +2,21 @@
 ranks (msrun CPU workers on this machine: speed is not judged, bytes are).
 
     .venv/bin/python benchmarks/sharded_training.py [--ranks 2,4] [--layers 16] [--steps 2] [--tokens 64]
-                                                    [--plot docs/sharded_memory.png]
+                                                    [--plot docs/sharded_memory.png] [--no-recycle]
 
 The model is TinyLlama's shape (width 2048, MLP 5632, 32 heads, 4 key/value heads, vocabulary 32000) with
 `--layers` layers (16: 0.84 B parameters), random weights in bfloat16. Each rank of one msrun job per rank count:
 ports a 1-layer model of the same shape first (the modules a first port imports, outside the measurement), then
 from its baseline (the process's resident memory before the model exists) builds the model, shards it
 (aot_ops.shard: float32 master shards), ports it (fuse=True), deletes the torch model and trains `--steps` steps of
-MindSpore's AdamW (`nn.AdamWeightDecay`) on its own `--tokens` tokens. It reports its resident peak during the
-steps above the baseline (the shards, their gradients, AdamW's two moments, a layer's gathered weights and its
-gradients, the activations, MindSpore's own) and what the step's tensors hold (shards, gradients, moments), against the single-process training state of the same model: 16 bytes a
-parameter (bfloat16 weights and gradients, float32 master weights and two moments), the least one device
-training it alone would hold. The target: the peak within 1/N of that state + one layer's gathered bfloat16
-weights + 15%. On one machine the ranks together still hold the whole state (and each its own MindSpore and torch).
+MindSpore's AdamW (`nn.AdamWeightDecay`) on its own `--tokens` tokens, calling `ms.ms_memory_recycle()` after each
+optimizer step as docs/distributed.md advises (`--no-recycle`: the loop without it). It reports its resident peak
+during the steps above the baseline (the shards, their gradients, AdamW's two moments, a layer's gathered weights
+and its gradients, the activations, MindSpore's own) and what the step's tensors hold (shards, gradients, moments),
+against the single-process training state of the same model: 16 bytes a parameter (bfloat16 weights and
+gradients, float32 master weights and two moments), the least one device training it alone would hold. The
+target: the peak within 1/N of that state + one layer's gathered bfloat16 weights + 15%. On one machine the ranks
+together still hold the whole state (and each its own MindSpore and torch).
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def _say(what: str) -> None:
               flush=True)
 
 
-def _train(layers: int, tokens: int, steps: int, rank: int, size: int, shape: dict = SHAPE) -> dict:
+def _train(layers: int, tokens: int, steps: int, rank: int, size: int, recycle: bool,
+           shape: dict = SHAPE) -> dict:
     """Builds, shards and ports the model, then trains it: its figures; the peak counter reset before the steps."""
     import mindspore as ms
     import torch
@@ -95,20 +98,24 @@ def _train(layers: int, tokens: int, steps: int, rank: int, size: int, shape: di
         losses.append(float(loss.asnumpy()))
         _say("step")
         del grads
+        if recycle:
+            # nn.AdamWeightDecay's construct is an ms.jit graph, which keeps its memory (as large as the gradients)
+            # until its next call: handed back before the next backward (docs/distributed.md)
+            ms.ms_memory_recycle()
         times.append(time.perf_counter() - start)
     return dict(parameters=parameters, layer=layer, held=held, live=live, losses=losses, step_s=times, port_s=port_s)
 
 
-def rank_run(layers: int, tokens: int, steps: int, out: str) -> None:
+def rank_run(layers: int, tokens: int, steps: int, recycle: bool, out: str) -> None:
     """One rank of the msrun job."""
     import aot_ops
 
     rank, size = aot_ops.torch_process_group()
     # the first port's imports and MindSpore's first collectives, outside the measurement
-    _train(1, 8, 1, rank, size, dict(SHAPE, hidden_size=64, intermediate_size=128, vocab_size=128))
+    _train(1, 8, 1, rank, size, recycle, dict(SHAPE, hidden_size=64, intermediate_size=128, vocab_size=128))
     _trim()
     baseline = status_bytes("VmRSS")
-    row = _train(layers, tokens, steps, rank, size)
+    row = _train(layers, tokens, steps, rank, size, recycle)
     row.update(rank=rank, size=size, peak=status_bytes("VmHWM") - baseline,
                after=status_bytes("VmRSS") - baseline)
     Path(out, f"rank{rank}.json").write_text(json.dumps(row))
@@ -127,10 +134,11 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--plot")
+    parser.add_argument("--no-recycle", action="store_true", help="the loop without ms.ms_memory_recycle()")
     parser.add_argument("--rank-run", help=argparse.SUPPRESS)  # out folder: one msrun rank
     args = parser.parse_args(argv)
     if args.rank_run:
-        rank_run(args.layers, args.tokens, args.steps, args.rank_run)
+        rank_run(args.layers, args.tokens, args.steps, not args.no_recycle, args.rank_run)
         return 0
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -142,7 +150,8 @@ def main(argv=None) -> int:
         job = subprocess.run(
             [str(bin_dir / "msrun"), f"--worker_num={ranks}", f"--local_worker_num={ranks}", "--master_port=8153",
              f"--log_dir={out}/logs", "--join=True", __file__, "--layers", str(args.layers), "--tokens",
-             str(args.tokens), "--steps", str(args.steps), "--rank-run", out],
+             str(args.tokens), "--steps", str(args.steps), "--rank-run", out]
+            + (["--no-recycle"] if args.no_recycle else []),
             env=env, cwd=out, capture_output=True, text=True)
         if job.returncode:
             print(f"{ranks} ranks: the job failed, logs in {out}/logs", flush=True)

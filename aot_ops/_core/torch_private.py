@@ -321,3 +321,20 @@ def own_parameters(module: torch.nn.Module) -> dict:
     """A module's own parameter table (`_parameters`: name -> Parameter or None, not its submodules'), which
     aot_ops.shard edits to take a parameter out of a module (_port/sharded.py; tests/test_sharded.py)."""
     return module._parameters
+
+
+def is_traceable_wrapper_subclass(tensor: torch.Tensor) -> bool:
+    """A tensor subclass torch.export can take apart (__tensor_flatten__ / __tensor_unflatten__): torchao's
+    quantized weights."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass as traceable
+
+    return traceable(tensor)
+
+
+def unwrap_tensor_subclass_parameters(module: torch.nn.Module) -> torch.nn.Module:
+    """Every traceable-subclass parameter or buffer of the tree replaced, in place, by a parametrization over its
+    inner tensors (`<module>.parametrizations.<name>.original<k>`, in __tensor_flatten__'s order): what
+    ExportedProgram.run_decompositions does to its own copy of the graph's state."""
+    from torch._functorch._aot_autograd.subclass_parametrization import unwrap_tensor_subclass_parameters as unwrap
+
+    return unwrap(module)

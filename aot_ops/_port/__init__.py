@@ -29,6 +29,7 @@ from .errors import PortError
 from .programs import stage as program_stage
 from .read import stage as read_stage
 from .trace.export import CACHE_ADVICE, Inputs
+from .trace.tensor_subclasses import with_plain_weights
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 
@@ -149,6 +150,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if dynamic_batch:
         dynamic_shapes = _batch_dimensions(model, args, tensor_kwargs)
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
+    model = with_plain_weights(model)  # quantized weights (tensor subclasses) as their inner tensors
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
     # (compiled programs are not kept; nor plans with the port's own checkpointing, which the key does not cover)

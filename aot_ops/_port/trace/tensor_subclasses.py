@@ -1,0 +1,47 @@
+"""Weights that are tensor subclasses (torchao's quantized tensors: Int8Tensor and its kin) ported as they are
+stored. Such a weight is a wrapper around plain tensors (an int8 matrix and its scales), and its matrix product is
+whatever the subclass's __torch_dispatch__ runs on them. torch.export keeps the wrapper as the graph's input and
+run_decompositions takes it apart behind a parametrization (`q_proj.parametrizations.weight.original0`, ...) of its
+own copy, which the module the port reads its structure and weights from does not have. So the port takes them
+apart first, the same way, on a structural copy of the module: its state is then the inner tensors under those
+keys (the cell's Parameters: the packed integers and their scales, never a dequantized copy), and the graph the
+operators the subclass runs on them (aten::_int_mm, torchao's registered quantization operators, ...)."""
+from __future__ import annotations
+
+import torch
+
+from ..._core import torch_private
+from ..errors import PortError
+from .module_copy import structural_copy
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
+
+
+def subclass_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """(state key, tensor) of every parameter and buffer that is a tensor subclass."""
+    found = []
+    for path, module in model.named_modules(remove_duplicate=False):
+        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if type(tensor) not in _PLAIN:
+                found.append((f"{path}.{name}" if path else name, tensor))
+    return found
+
+
+def with_plain_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` itself when its weights are plain tensors; else a structural copy whose tensor-subclass weights are
+    parametrizations over their inner tensors. A subclass torch.export cannot take apart is refused by name."""
+    found = subclass_weights(model)
+    if not found:
+        return model
+    for key, tensor in found:
+        if not torch_private.is_traceable_wrapper_subclass(tensor):
+            kind = type(tensor)
+            raise PortError(
+                f"{type(model).__name__}: the weight '{key}' is a {kind.__module__}.{kind.__qualname__}, a tensor "
+                "subclass without __tensor_flatten__/__tensor_unflatten__, which torch.export cannot take apart. "
+                "Supported: traceable wrapper subclasses (torchao's quantized tensors: Int8WeightOnlyConfig, "
+                "Int8DynamicActivationInt8WeightConfig; docs/porting.md#quantized-models); convert the weight to a "
+                "plain tensor otherwise")
+    copy = structural_copy(model)
+    torch_private.unwrap_tensor_subclass_parameters(copy)
+    return copy

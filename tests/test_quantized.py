@@ -1,0 +1,181 @@
+"""Quantized models (torchao 0.18): int8 weight-only, int8 dynamic-activation/int8-weight (W8A8) and int4
+weight-only (torchao's CPU int4 layout) Llama and Qwen2 models ported with their packed weights as the cell's
+Parameters, against torch running the same quantized model: logits bit for bit, greedy tokens with the key/value
+cache, LoRA on a quantized base (QLoRA-style) trained to torch's losses; a weight torch.export cannot take apart
+refused by name."""
+from __future__ import annotations
+
+import mindspore as ms
+import pytest
+import torch
+import transformers
+
+import aot_ops
+from aot_ops import PortError
+from support import to_ms, to_torch
+
+torchao_quantization = pytest.importorskip("torchao.quantization")
+
+_SHAPE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+              num_hidden_layers=2, vocab_size=128, attn_implementation="eager")
+
+
+def _config(scheme: str):
+    from torchao.prototype.quantization.int4.inference_workflow import PrototypeInt4WeightOnlyConfig
+
+    return {"int8": torchao_quantization.Int8WeightOnlyConfig(),
+            "w8a8": torchao_quantization.Int8DynamicActivationInt8WeightConfig(),
+            # torchao's int4 layout with a CPU kernel (aten::_weight_int4pack_mm_for_cpu); Int4WeightOnlyConfig's
+            # default layouts need the mslk package (CUDA) or have no CPU implementation
+            "int4": PrototypeInt4WeightOnlyConfig(group_size=32)}[scheme]
+
+
+def quantized(family: str, scheme: str) -> torch.nn.Module:
+    """A 2-layer bfloat16 model with larger random weights (tiny models with the default initialisation repeat one
+    token), quantized in place by torchao."""
+    cls, config = {"llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
+                   "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config)}[family]
+    torch.manual_seed(0)
+    model = cls(config(**_SHAPE)).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(std=0.3)
+    torchao_quantization.quantize_(model, _config(scheme))
+    return model
+
+
+class Models(dict):
+    def __missing__(self, key):
+        self[key] = quantized(*key)
+        return self[key]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return Models()
+
+
+IDS = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("family,scheme,fuse", [
+    ("llama", "int8", False), ("llama", "int8", True), ("llama", "w8a8", False), ("llama", "w8a8", True),
+    ("llama", "int4", False), ("llama", "int4", True), ("qwen2", "int8", True), ("qwen2", "w8a8", True),
+    ("qwen2", "int4", True)])
+def test_quantized_logits_equal_torchs_bit_for_bit(models, family, scheme, fuse):
+    model = models[family, scheme]
+    with torch.no_grad():
+        expected = model(input_ids=IDS, use_cache=False).logits
+    cell = aot_ops.from_torch(model, (), {"input_ids": IDS, "use_cache": False}, fuse=fuse)
+    got = to_torch(cell(input_ids=to_ms(IDS)).logits)
+    assert torch.equal(got, expected), (got - expected).abs().max()
+    # the packed weights as stored: integer Parameters, the model's own bytes (no dequantized copy)
+    stored = {p.name: p for p in cell.get_parameters()}
+    inner = model.model.layers[0].self_attn.q_proj.weight
+    first = stored["model.layers.0.self_attn.q_proj.parametrizations.weight.original0"]
+    assert first.dtype == {"int8": ms.int8, "w8a8": ms.int8, "int4": ms.uint8}[scheme]
+    assert torch.equal(to_torch(first), getattr(inner, inner.__tensor_flatten__()[0][0]))
+    assert not any(p.dtype == ms.bfloat16 and p.name.endswith("q_proj.weight") for p in stored.values())
+
+
+def test_quantized_cell_in_graph_mode(models):
+    model = models["llama", "w8a8"]
+    with torch.no_grad():
+        expected = model(input_ids=IDS, use_cache=False).logits
+    cell = aot_ops.from_torch(model, (), {"input_ids": IDS, "use_cache": False}, fuse=True)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        got = to_torch(cell(input_ids=to_ms(IDS)).logits)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert torch.equal(got, expected), (got - expected).abs().max()
+
+
+@pytest.mark.parametrize("family,scheme", [("llama", "int8"), ("qwen2", "w8a8"), ("qwen2", "int4")])
+def test_quantized_lm_generates_torchs_greedy_tokens(models, family, scheme):
+    model = models[family, scheme]
+    prompt = IDS[:1, :5]
+    expected = model.generate(prompt, max_new_tokens=32, do_sample=False)
+    lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=40, fuse=True)
+    tokens = aot_ops.generate(lm, to_ms(prompt), max_new_tokens=32)
+    assert to_torch(tokens).tolist() == expected.tolist()
+    assert len(set(expected[0, 5:].tolist())) > 3  # a decoding that tells models apart
+
+
+class LmLoss(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, labels=ids, use_cache=False).loss
+
+
+def _qlora_model():
+    import peft
+
+    model = peft.get_peft_model(quantized("llama", "int8"), peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    with torch.no_grad():  # B starts at zero in peft: A's first gradient would be zero too
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return model
+
+
+def test_lora_on_an_int8_base_trains_to_torchs_losses():
+    """QLoRA-style: the int8 base frozen, bfloat16 adapters trained by SGD in torch and, from the same start, in
+    MindSpore (fused: the backward one program, as torch's); the losses equal at every step."""
+    model = _qlora_model()
+    loss = LmLoss(model).train()
+    ids = IDS[:, :6]
+    cell = aot_ops.from_torch(loss, (ids,), input_grads=False, fuse=True)
+    params = cell.trainable_params()
+    assert len(params) == 2 * 3 * 2 and all("lora_" in p.name for p in params)  # A and B, 3 targets, 2 layers
+    grad_fn = ms.value_and_grad(cell, None, params)
+    optimizer = ms.nn.SGD(params, learning_rate=0.5)
+    torch_optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    for _ in range(3):
+        expected = loss(ids)
+        torch_optimizer.zero_grad()
+        expected.backward()
+        torch_optimizer.step()
+        got, grads = grad_fn(to_ms(ids))
+        optimizer(grads)
+        assert float(got.astype(ms.float32).asnumpy()) == float(expected.detach())
+
+
+def test_lora_on_an_int8_base_per_node_gives_torchs_gradients():
+    """Per node MindSpore's autodiff sums a bfloat16 value's gradients in its own order: the adapters' gradients
+    within bfloat16's rounding of torch's (a loss trajectory at a large rate then drifts apart, as any two
+    roundings of a chaotic fit do)."""
+    model = _qlora_model()
+    loss = LmLoss(model).train()
+    ids = IDS[:, :6]
+    cell = aot_ops.from_torch(loss, (ids,), input_grads=False, fuse=False)
+    params = cell.trainable_params()
+    got, grads = ms.value_and_grad(cell, None, params)(to_ms(ids))
+    expected = loss(ids)
+    expected.backward()
+    assert float(got.astype(ms.float32).asnumpy()) == float(expected.detach())
+    torch_grads = {f"model.{name}": p.grad for name, p in model.named_parameters() if p.requires_grad}
+    for param, grad in zip(params, grads):
+        reference = torch_grads[param.name].float()
+        difference = (to_torch(grad).float() - reference).norm() / reference.norm()
+        assert difference <= 1e-2, (param.name, difference)  # bfloat16's epsilon: 7.8e-3
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass without __tensor_flatten__: torch.export cannot take it apart."""
+
+
+def test_a_weight_export_cannot_take_apart_is_refused_by_name():
+    layer = torch.nn.Linear(4, 3)
+    layer.weight = torch.nn.Parameter(layer.weight.detach().as_subclass(_Tagged))
+    with pytest.raises(PortError, match=r"Linear: the weight 'weight' is a test_quantized\._Tagged.*"
+                                        r"__tensor_flatten__.*Supported: .*torchao"):
+        aot_ops.from_torch(layer, (torch.randn(2, 4),))
+    plain = torch.nn.Linear(4, 3)  # the next port works
+    x = torch.randn(2, 4)
+    assert torch.allclose(to_torch(aot_ops.from_torch(plain, (x,))(to_ms(x))), plain(x).detach(), atol=1e-6)

@@ -23,6 +23,7 @@ lists every failed check with its sample and the difference.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -300,3 +301,30 @@ class LanguageModellingLoss(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm(input_ids=ids, labels=ids, use_cache=False).loss
+
+
+@contextlib.contextmanager
+def same_kernels_as_port(model: torch.nn.Module):
+    """torch's `model`, inside the block, computing its layers with the kernels a port's evaluation graphs use where
+    they differ from torch's own: torchao's int8 weight-only linear layers by ATen's `_weight_int8pack_mm` (one
+    rounding; torchao widens the int8 matrix and rounds twice: docs/porting.md#quantized-models-torchao). The
+    reference for comparing a ported quantized model bit for bit, greedy tokens included."""
+    from torchao.quantization import Int8Tensor
+
+    from ._core.torch_private import weight_int8pack_mm
+
+    patched = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, torch.nn.Linear) and isinstance(weight, Int8Tensor) and weight.act_quant_kwargs is None:
+            def forward(x, weight=weight, bias=module.bias):
+                rows = weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight.qdata, weight.scale.flatten().to(x.dtype))
+                out = rows.reshape(*x.shape[:-1], rows.shape[-1])
+                return out if bias is None else out + bias
+            module.forward = forward
+            patched.append(module)
+    try:
+        yield model
+    finally:
+        for module in patched:
+            del module.forward

@@ -338,3 +338,9 @@ def unwrap_tensor_subclass_parameters(module: torch.nn.Module) -> torch.nn.Modul
     from torch._functorch._aot_autograd.subclass_parametrization import unwrap_tensor_subclass_parameters as unwrap
 
     return unwrap(module)
+
+
+def weight_int8pack_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """ATen's int8 weight-only product (x @ weight.T) * scales, one rounding: what a port's int8 weight-only layers
+    compute (_port/trace/int8_products.py)."""
+    return torch._weight_int8pack_mm(x, weight, scales)

@@ -43,6 +43,7 @@ from .fake import mode_of
 from .functionalize import functionalize, retarget_devices
 from .functions import FunctionOperator, recorded_as_operators
 from .grouped_attention import attend_per_key_value_head
+from .int8_products import int8_weight_products
 from .module_copy import structural_copy
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def export(model: torch.nn.Module, inputs: Inputs, dynamic_shapes: Any, training
             _differentiable_copies(program)
         else:
             attend_per_key_value_head(program)
+            int8_weight_products(program)
         program = _decompose_refused(program)
         if checkpoints.regions and not has_checkpoints(program.graph):
             # torch's inlining of a region (autocast around the checkpointed layers) drops the nodes' meta

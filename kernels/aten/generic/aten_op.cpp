@@ -105,6 +105,7 @@ int forward_launch(const char *entry, const ms_ext::detail::RawArgs &raw) {
     const CallLayout layout = plan.layout(n_in);
     torch::jit::Stack s =
         plan.stack(layout, [&](int64_t i) { return call.input(static_cast<int>(i)); }, input_shapes(call));
+    plan.align_inputs(s);
     if (plan.out_op && !plan.out_op_resizes.load()) {
       // Aliases of the output views: a failed resize changes an alias's shape, not the views Call checks.
       torch::jit::Stack with_outputs = s;

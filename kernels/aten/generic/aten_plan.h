@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -124,6 +125,15 @@ struct CallLayout {
 };
 
 // The parsed call: which operator, and how to build its argument stack from MindSpore's inputs.
+// The alignment in bytes each argument of `op` needs (empty: none). torch 2.14's _weight_int8pack_mm on an AVX-512
+// CPU faulted (SIGSEGV) with its activations 16 bytes off 32 and its int8 weight 8 bytes off 16 (probed): the
+// activations get 64 (a copy is small), the weight 16, which MindSpore's Parameters have (a copy of the weight at
+// every call would cost what the kernel saves).
+inline std::vector<uintptr_t> alignment_needed(const std::string &op) {
+  if (op.rfind("aten::_weight_int8pack_mm", 0) == 0) return {64, 16};
+  return {};
+}
+
 struct AtenPlan {
   std::string name;
   std::optional<c10::OperatorHandle> op;
@@ -142,18 +152,33 @@ struct AtenPlan {
   // anything is written; the plan then uses the functional overload from that call on.
   mutable std::atomic<bool> out_op_resizes{false};
   std::string value_refusal_text;  // the refusal of a call whose tensors fail an IntegerTensors condition
+  // Some ATen CPU kernels load their inputs with aligned vector instructions, safe on torch's own buffers (its CPU
+  // allocator aligns to 64 bytes) but not always on MindSpore's (16-byte aligned): such a kernel gets aligned
+  // copies of the inputs that are not (align_inputs). The alignment each argument needs, by stack position.
+  std::vector<uintptr_t> input_alignment;
 
   // `allow_factories`: a program's node may create a tensor from sizes alone (an RNN's zero initial state sized by
   // the batch), a lone operator may not (AtenOp runs what its attributes name; see refusal_of).
   // `allow_writing_first`: a program's node may write its first argument in place (call_policy.h, refusal_of).
   explicit AtenPlan(const ms_ext::Attrs &attrs, bool allow_factories = false, bool allow_writing_first = false)
-      : name(attrs.get<std::string>("aten_op")) {
+      : name(attrs.get<std::string>("aten_op")), input_alignment(alignment_needed(name)) {
     try {
       parse(attrs, allow_factories, allow_writing_first);
     } catch (const Refused &refused) {
       throw Refused(name + ": " + refused.what(), refused.reason);
     } catch (...) {  // the operator's name first: these errors surface as the kernel's (AtenOp) initialisation
       throw std::invalid_argument(name + ": " + ms_ext::detail::describe_current_exception());
+    }
+  }
+
+  // The stack's CPU tensors copied where they are less aligned than the kernel needs (ATen's allocator: 64 bytes).
+  void align_inputs(torch::jit::Stack &stack) const {
+    for (size_t i = 0; i < input_alignment.size() && i < stack.size(); ++i) {
+      if (!stack[i].isTensor()) continue;
+      const at::Tensor &tensor = stack[i].toTensor();
+      if (tensor.defined() && tensor.device().is_cpu() &&
+          reinterpret_cast<uintptr_t>(tensor.data_ptr()) % input_alignment[i] != 0)
+        stack[i] = tensor.clone(at::MemoryFormat::Contiguous);
     }
   }
 

@@ -444,6 +444,7 @@ struct Program {
         torch::jit::Stack stack =
             node.plan.stack(node.plan.layout(static_cast<int>(args.size())), [&](int64_t i) { return args.at(i); },
                             shapes);
+        node.plan.align_inputs(stack);
         node.plan.op->callBoxed(stack);
         std::vector<at::Tensor> results = flatten_results(stack);
         if (static_cast<int>(results.size()) != node.num_results)

@@ -308,7 +308,8 @@ def same_kernels_as_port(model: torch.nn.Module):
     """torch's `model`, inside the block, computing its layers with the kernels a port's evaluation graphs use where
     they differ from torch's own: torchao's int8 weight-only linear layers by ATen's `_weight_int8pack_mm` (one
     rounding; torchao widens the int8 matrix and rounds twice: docs/porting.md#quantized-models-torchao). The
-    reference for comparing a ported quantized model bit for bit, greedy tokens included."""
+    reference for comparing a ported quantized model bit for bit, greedy tokens included. It sets those layers'
+    `forward` for the block's length: do not port or run the model from another thread meanwhile."""
     from torchao.quantization import Int8Tensor
 
     from ._core.torch_private import weight_int8pack_mm

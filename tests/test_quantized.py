@@ -15,6 +15,7 @@ import transformers
 import aot_ops
 from aot_ops import PortError
 from aot_ops.testing import same_kernels_as_port
+from collective_cases import LmLoss
 from support import to_ms, to_torch
 
 torchao_quantization = pytest.importorskip("torchao.quantization")
@@ -118,15 +119,6 @@ def test_quantized_lm_generates_torchs_greedy_tokens(models, family, scheme):
     tokens = aot_ops.generate(lm, to_ms(prompt), max_new_tokens=32, generation_config=model.generation_config)
     assert to_torch(tokens).tolist() == expected.tolist()
     assert len(set(expected[0, 5:].tolist())) > 3  # a decoding that tells models apart (an end token may stop it)
-
-
-class LmLoss(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids):
-        return self.model(input_ids=ids, labels=ids, use_cache=False).loss
 
 
 def _qlora_model():

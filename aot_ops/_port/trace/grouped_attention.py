@@ -22,6 +22,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .fake import mode_of
+from .rewrites import rewrite_calls
 
 _aten = torch.ops.aten
 _SDPA = _aten.scaled_dot_product_attention.default
@@ -33,15 +34,7 @@ _EXACT_DTYPES = (torch.float32, torch.float64)
 
 def attend_per_key_value_head(program: ExportedProgram) -> int:
     """Rewrites each attention over repeated keys and values to attend per key/value head; the number rewritten."""
-    graph = program.graph
-    rewritten = 0
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is _SDPA and _rewrite(graph, node):
-            rewritten += 1
-    if rewritten:
-        graph.lint()
-        program.graph_module.recompile()
-    return rewritten
+    return rewrite_calls(program, _SDPA, _rewrite)
 
 
 def _rewrite(graph: torch.fx.Graph, sdpa: torch.fx.Node) -> bool:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch.export import ExportedProgram
 
+from .rewrites import rewrite_calls
+
 _aten = torch.ops.aten
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TRANSPOSES = (_aten.t.default, _aten.transpose.int, _aten.permute.default)
@@ -26,15 +28,7 @@ _ERASABLE = (_aten.mm.default, _aten._to_copy.default, _aten.to.dtype, *_TRANSPO
 def int8_weight_products(program: ExportedProgram) -> int:
     """Rewrites each `mul(mm(x, t(q) cast), scale)` of an int8 matrix `q` as `_weight_int8pack_mm(x, q, scale)`;
     the number rewritten."""
-    graph = program.graph
-    rewritten = 0
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is _aten.mul.Tensor and _rewrite(graph, node):
-            rewritten += 1
-    if rewritten:
-        graph.lint()
-        program.graph_module.recompile()
-    return rewritten
+    return rewrite_calls(program, _aten.mul.Tensor, _rewrite)
 
 
 def _rewrite(graph: torch.fx.Graph, mul: torch.fx.Node) -> bool:

@@ -27,6 +27,7 @@ import torch
 from .._build import cache
 from .._core.transformers_private import attention_implementation
 from .programs import kept
+from .trace import tensor_subclasses
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ def key(model: torch.nn.Module, options: dict[str, Any]) -> str | None:
     settings = model.config.to_dict()
     for where_it_came_from in ("_name_or_path", "transformers_version"):  # not the model: the folder, the writer
         settings.pop(where_it_came_from, None)
-    state = [(name, tuple(t.shape), str(t.dtype), t.requires_grad, isinstance(t, torch.nn.Parameter))
+    # a quantized weight (a tensor subclass) by its class and inner tensors too: int8 and int4 weights of one
+    # shape and dtype are different graphs
+    state = [(name, tuple(t.shape), str(t.dtype), t.requires_grad, isinstance(t, torch.nn.Parameter),
+              tensor_subclasses.structure(t))
              for name, t in [*model.named_parameters(remove_duplicate=False),
                              *model.named_buffers(remove_duplicate=False)]]
     description = dict(

@@ -96,9 +96,14 @@ class Checkpoint:
             raise PortError(f"checkpoint: {self.folder} has no model.safetensors nor model.safetensors.index.json"
                             f"{advice}")
         self.tensors: dict[str, StoredTensor] = {}
+        # the headers' "__metadata__" (strings): what wrote the file, torchao's description of its quantized tensors
+        self.metadata: dict[str, str] = {}
         for file in files:
-            for stored in _read_header(file):
+            stored_tensors, metadata = _read_header(file)
+            for stored in stored_tensors:
                 self.tensors.setdefault(stored.name, stored)
+            for key, value in metadata.items():
+                self.metadata.setdefault(key, value)
 
     @property
     def nbytes(self) -> int:
@@ -308,7 +313,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.numpy()).cast("B")
 
 
-def _read_header(file: Path) -> list[StoredTensor]:
+def _read_header(file: Path) -> tuple[list[StoredTensor], dict[str, str]]:
     try:
         size = file.stat().st_size
         with open(file, "rb") as f:
@@ -321,6 +326,9 @@ def _read_header(file: Path) -> list[StoredTensor]:
     except (OSError, ValueError) as exc:
         raise PortError(f"checkpoint: {file} is not a safetensors file ({exc})") from None
     data_start = 8 + length
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict):
+        raise PortError(f"checkpoint: {file} is not a safetensors file (its __metadata__ is not a mapping)")
     tensors = []
     for name, info in header.items():
         if name == "__metadata__":
@@ -338,7 +346,7 @@ def _read_header(file: Path) -> list[StoredTensor]:
             raise PortError(f"checkpoint: '{name}' in {file.name}: bytes {begin}..{end} do not hold "
                             f"{info['dtype']}{list(shape)} within the file's {size} bytes (truncated or corrupt)")
         tensors.append(StoredTensor(name, file, dtype, shape, data_start + begin, data_start + end))
-    return tensors
+    return tensors, metadata
 
 
 def file_order(pairs: list[tuple[StoredTensor, Any]]) -> list[tuple[StoredTensor, Any]]:

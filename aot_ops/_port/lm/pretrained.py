@@ -33,13 +33,14 @@ from ..._core.convert import owned_view
 from ..._core.torch_private import is_persistent_buffer
 from ..._core.transformers_private import model_from_config, weight_initialiser
 from ..errors import PortError
+from . import compressed_tensors_format, quantized_weights
 from .checkpoint import Checkpoint, StoredTensor
 
 log = logging.getLogger("aot_ops.port")
 
 
 def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: Any = None,
-                    tensor_parallel: bool | int = False) -> torch.nn.Module:
+                    tensor_parallel: bool | int = False, quantization_config: Any = None) -> torch.nn.Module:
     """The transformers model saved in `folder` (config.json and safetensors files, as save_pretrained writes them),
     in evaluation mode, its parameters and buffers views of MindSpore Parameters holding the checkpoint's values.
 
@@ -52,15 +53,19 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
     - `tensor_parallel=True` (or the job's number of ranks), on each rank of a MindSpore job (msrun): the model
       split over the job's ranks by its own plan (aot_ops.tensor_parallel) before any weight is read; each rank
       reads only its share of each split tensor, and the replicated ones whole (docs/distributed.md).
+    - Quantized weights (docs/porting.md#quantized-models): a folder saved from a torchao-quantized model (transformers'
+      TorchAoConfig) is read as stored, each weight its packed integers and scales; `quantization_config` (a
+      TorchAoConfig or a torchao configuration such as Int8WeightOnlyConfig()) quantizes a full-precision folder's
+      linear layers as they are read, one full-precision matrix at a time.
     """
-    loading = _Loading(folder, dtype, model_class, tensor_parallel)
+    loading = _Loading(folder, dtype, model_class, tensor_parallel, quantization_config)
     loading.read()
     return loading.model
 
 
 def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 1, dtype: torch.dtype | None = None,
                     fuse: bool | str = True, jit: bool = True, model_class: Any = None, tokens_per_call: int = 1,
-                    tensor_parallel: bool | int = False):
+                    tensor_parallel: bool | int = False, quantization_config: Any = None):
     """A causal LM from its checkpoint folder, ported, its weights read once into the cell's Parameters.
 
     - With `max_length`: a PortedLM with a key/value cache for `batch_size` sequences of up to `max_length` tokens,
@@ -69,9 +74,9 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
     - Without: a cell evaluating whole sequences (input_ids, attention_mask: any batch size and length) and
       returning the model's output (`logits`), as from_torch(model, ..., use_cache=False, evaluation_only=True)
       gives.
-    `dtype`, `model_class` and `tensor_parallel` as for load_pretrained (a split model's collectives stand between
-    its fused programs: docs/distributed.md) (whose model the port is made from; `lm.cell` or the cell
-    holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
+    `dtype`, `model_class`, `tensor_parallel` and `quantization_config` as for load_pretrained (a split model's
+    collectives stand between its fused programs: docs/distributed.md) (whose model the port is made from; `lm.cell`
+    or the cell holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
     ported."""
     from .. import plan_cache, port
     from .kv_cache import port_lm
@@ -80,7 +85,7 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
         raise ValueError("from_pretrained: tokens_per_call is for generation with the key/value cache: give "
                          "max_length too")
     start = time.perf_counter()
-    loading = _Loading(folder, dtype, model_class, tensor_parallel)
+    loading = _Loading(folder, dtype, model_class, tensor_parallel, quantization_config)
     reading = loading.start()
     built = time.perf_counter()
     cell_kind = "lm" if max_length is not None else "sequence"
@@ -121,7 +126,8 @@ def _max_positions(model) -> int:
 class _Loading:
     """The model built without weights, its Parameters made (not yet read), and what goes where."""
 
-    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any, tensor_parallel: bool | int = False):
+    def __init__(self, folder, dtype: torch.dtype | None, model_class: Any, tensor_parallel: bool | int = False,
+                 quantization: Any = None):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.checkpoint = Checkpoint(folder)
@@ -150,6 +156,9 @@ class _Loading:
             self.shares = shares(model)
         self.model = model.eval()
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
+        self.quantization = quantization
+        self.compressed = compressed_tensors_format.CompressedTensors(config, model, self.checkpoint) \
+            if compressed_tensors_format.is_compressed_tensors(config) else None
         _make_non_persistent_buffers(model)
         self.targets = self._install_parameters()
 
@@ -165,9 +174,27 @@ class _Loading:
             tensors[id(tensor)] = tensor
         prefix = getattr(model, "base_model_prefix", "") + "."
         missing, mismatched, used, targets = [], [], set(), []
+        stored_quantized = quantized_weights.stored_quantized(self.checkpoint)
+        on_load = self._quantizing_on_load(stored_quantized)
         for ident, keys in groups.items():
             tensor = tensors[ident]
+            quantized = next((key for key in keys if key in stored_quantized), None)
+            if quantized is not None:  # its packed integers and scales, read as stored
+                read = quantized_weights.install_stored(model, quantized, stored_quantized[quantized],
+                                                        self.checkpoint, _new_weight)
+                targets.extend(read)
+                used.update(stored.name for stored, _ in read)
+                continue
+            if self.compressed is not None and keys[0] in self.compressed.kinds:
+                targets.extend(self.compressed.install(model, keys[0], _new_weight))
+                used.update(self.compressed.used(keys[0]))
+                continue
             stored = _find(self.checkpoint.tensors, keys, prefix)
+            if stored is not None and on_load is not None and keys[0] in on_load.keys and \
+                    stored.shape == tuple(tensor.shape):
+                on_load.install(model, keys[0], stored, self.checkpoint, _new_weight)  # read and quantized now
+                used.add(stored.name)
+                continue
             if stored is None:
                 missing.append(" = ".join(keys))
                 continue
@@ -182,11 +209,9 @@ class _Loading:
             if stored.dtype.is_floating_point != tensor.is_floating_point():
                 mismatched.append(f"{stored.describe()} for '{keys[0]}' of dtype {tensor.dtype}")
                 continue
-            parameter = ms.Parameter(ms.Tensor(shape=tuple(tensor.shape), dtype=_dtypes.to_ms(tensor.dtype),
-                                               init=Zero()), name=keys[0], requires_grad=tensor.requires_grad)
-            parameter.init_data()  # fresh pages: memory is taken as the reading writes it
             is_parameter = isinstance(tensor, torch.nn.Parameter)
-            view = owned_view(parameter, tensor.requires_grad if is_parameter else None)
+            view = _new_weight(keys[0], tuple(tensor.shape), tensor.dtype,
+                               tensor.requires_grad if is_parameter else None)
             for key in keys:
                 _set_tensor(model, key, view)
             destination = view.detach()
@@ -204,6 +229,18 @@ class _Loading:
             log.warning("load_pretrained: %d tensors of %s are not %s's and are skipped: %s", len(unexpected),
                         self.checkpoint.folder, type(model).__name__, _listed(unexpected))
         return targets
+
+    def _quantizing_on_load(self, stored_quantized: dict) -> "quantized_weights.OnLoad | None":
+        if self.split and (stored_quantized or self.quantization is not None or self.compressed is not None):
+            raise PortError(f"load_pretrained: {self.checkpoint.folder}: a quantized model cannot be split over "
+                            "ranks (tensor_parallel) yet; load it whole on each rank")
+        if self.quantization is None:
+            return None
+        if stored_quantized or self.compressed is not None:
+            raise PortError(f"load_pretrained: {self.checkpoint.folder} is stored quantized already (e.g. "
+                            f"'{next(iter(stored_quantized or self.compressed.kinds))}'): load it without "
+                            "quantization_config")
+        return quantized_weights.OnLoad(self.quantization, self.model)
 
     def read(self) -> None:
         """Reads every weight."""
@@ -242,6 +279,15 @@ class _Reading(threading.Thread):
         failed port, whose model is not returned)."""
         self.loading.cancelled = True
         self.join()
+
+
+def _new_weight(name: str, shape: tuple, dtype: torch.dtype, requires_grad: bool | None = None) -> torch.Tensor:
+    """A new MindSpore Parameter (fresh pages: memory is taken as the reading writes it) and the torch view of it a
+    module is given (a parameter when `requires_grad` is given, else a plain tensor), marked as its memory."""
+    parameter = ms.Parameter(ms.Tensor(shape=shape, dtype=_dtypes.to_ms(dtype), init=Zero()), name=name,
+                             requires_grad=bool(requires_grad))
+    parameter.init_data()
+    return owned_view(parameter, requires_grad)
 
 
 def _find(stored: dict[str, StoredTensor], keys: list[str], prefix: str) -> StoredTensor | None:

@@ -27,6 +27,17 @@ def subclass_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return found
 
 
+def structure(tensor: torch.Tensor) -> tuple | None:
+    """What a graph over `tensor` depends on beyond its shape and dtype: for a tensor subclass its class, its
+    attributes and its inner tensors' names, shapes and dtypes (in turn); None for a plain tensor."""
+    if type(tensor) in _PLAIN or not torch_private.is_traceable_wrapper_subclass(tensor):
+        return None
+    names, attributes = tensor.__tensor_flatten__()
+    inner = [(name, tuple(getattr(tensor, name).shape), str(getattr(tensor, name).dtype),
+              structure(getattr(tensor, name))) for name in names]
+    return f"{type(tensor).__module__}.{type(tensor).__qualname__}", repr(attributes), inner
+
+
 def with_plain_weights(model: torch.nn.Module) -> torch.nn.Module:
     """`model` itself when its weights are plain tensors; else a structural copy whose tensor-subclass weights are
     parametrizations over their inner tensors. A subclass torch.export cannot take apart is refused by name."""
@@ -43,5 +54,31 @@ def with_plain_weights(model: torch.nn.Module) -> torch.nn.Module:
                 "Int8DynamicActivationInt8WeightConfig; docs/porting.md#quantized-models); convert the weight to a "
                 "plain tensor otherwise")
     copy = structural_copy(model)
+    owners = _inner_owners(found)
     torch_private.unwrap_tensor_subclass_parameters(copy)
+    if owners:
+        _mark_owned(copy, owners)
     return copy
+
+
+def _inner_owners(found: list[tuple[str, torch.Tensor]]) -> dict[tuple, object]:
+    """The MindSpore Parameter each inner tensor is the memory of (a quantized weight read from its checkpoint,
+    _port/lm/quantized_weights.py, wraps views made by convert.owned_view), by where that memory is."""
+    owners = {}
+    for _, tensor in found:
+        names, _ = tensor.__tensor_flatten__()
+        for name in names:
+            inner = getattr(tensor, name)
+            owner = getattr(inner, "_aot_ops_owner", None)
+            if owner is not None:
+                owners[(inner.data_ptr(), inner.dtype, tuple(inner.shape))] = owner
+    return owners
+
+
+def _mark_owned(model: torch.nn.Module, owners: dict[tuple, object]) -> None:
+    """The parametrizations' inner tensors (new Parameter objects over the same memory) marked as their
+    MindSpore Parameter's, so that share_weights=True takes that Parameter instead of copying it."""
+    for _, tensor in model.named_parameters(remove_duplicate=False):
+        owner = owners.get((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)))
+        if owner is not None:
+            tensor._aot_ops_owner = owner

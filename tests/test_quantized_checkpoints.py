@@ -1,7 +1,8 @@
 """Quantized checkpoints through aot_ops.load_pretrained / from_pretrained: a folder saved from a torchao-quantized
-model (transformers' TorchAoConfig), a full-precision folder quantized as it is read (quantization_config), each
-against torch running the model transformers loads from the same folder: the packed weights equal, the port's
-Parameters that very memory, logits and greedy tokens equal; what cannot be loaded refused by name."""
+model (transformers' TorchAoConfig), a full-precision folder quantized as it is read (quantization_config), and
+compressed-tensors folders (int4 pack-quantized, W8A8), each against torch running the model transformers loads from
+the same folder: the packed weights equal, the port's Parameters that very memory, logits and greedy tokens equal;
+what cannot be loaded refused by name."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +16,7 @@ import aot_ops
 from aot_ops import PortError
 from aot_ops._core.convert import torch_view
 from aot_ops.testing import same_kernels_as_port
+from aot_ops.tools.random_checkpoint import write_random_checkpoint
 from support import to_ms, to_torch
 
 torchao_quantization = pytest.importorskip("torchao.quantization")
@@ -41,19 +43,18 @@ class Folders(dict):
     def __missing__(self, scheme):
         folder = self.root / scheme
         if scheme == "plain":
-            torch.manual_seed(0)
-            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-                hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                num_hidden_layers=2, vocab_size=128)).to(torch.bfloat16)
-            with torch.no_grad():  # larger weights than the default: tiny models otherwise repeat one token
-                for p in model.parameters():
-                    if p.dim() > 1:
-                        p.normal_(std=0.3)
-            model.save_pretrained(folder)
+            write_random_checkpoint(folder, _llama())
         else:
             torch_loaded(self["plain"], scheme).save_pretrained(folder)
         self[scheme] = folder
         return folder
+
+
+def _llama():
+    # larger weights than the default: tiny models otherwise repeat one token
+    return transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                    num_key_value_heads=2, num_hidden_layers=2, vocab_size=128,
+                                    initializer_range=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -143,57 +144,12 @@ def test_what_cannot_be_loaded_quantized_is_refused_by_name(folders):
     assert np.isfinite(model(IDS).logits.detach().float().numpy()).all()
 
 
-def write_compressed_tensors(model: torch.nn.Module, folder, scheme: str, group_size: int = 32,
-                             **weights_arguments) -> None:
-    """`model` saved as llmcompressor saves it (compressed-tensors 0.20: its configuration objects and int4 packing):
-    "int4" pack-quantized weight-only per group, "w8a8" int-quantized per channel with dynamic int8 activations a
-    token; every linear layer but lm_head, scales by each group's or row's largest magnitude."""
-    import json
-
-    import safetensors.torch
-    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
-
-    state = {key: value.clone() for key, value in model.state_dict().items()}
-    for path, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and path != "lm_head":
-            weight = state.pop(f"{path}.weight").float()
-            if scheme == "int4":
-                groups = weight.reshape(weight.shape[0], -1, group_size)
-                scale = (groups.abs().amax(-1) / 7.5).to(torch.bfloat16)
-                values = (groups / scale.float()[..., None]).round().clamp(-8, 7).to(torch.int8)
-                state[f"{path}.weight_packed"] = pack_to_int32(values.reshape(weight.shape), 4)
-                state[f"{path}.weight_shape"] = torch.tensor(list(weight.shape))
-            else:
-                scale = (weight.abs().amax(-1, keepdim=True) / 127).to(torch.bfloat16)
-                state[f"{path}.weight"] = (weight / scale.float()).round().clamp(-128, 127).to(torch.int8)
-            state[f"{path}.weight_scale"] = scale
-    if scheme == "int4":
-        form, group = "pack-quantized", QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
-            num_bits=4, type="int", symmetric=True, strategy="group", group_size=group_size, **weights_arguments))
-    else:
-        form, group = "int-quantized", QuantizationScheme(
-            targets=["Linear"], weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
-            input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token",
-                                               dynamic=True))
-    model.save_pretrained(folder)
-    safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, f"{folder}/model.safetensors",
-                                metadata={"format": "pt"})
-    quantization = QuantizationConfig(config_groups={"group_0": group}, format=form, ignore=["lm_head"],
-                                      quantization_status="compressed").model_dump()
-    quantization["quant_method"] = "compressed-tensors"
-    config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = quantization
-    (folder / "config.json").write_text(json.dumps(config, default=str))
-
-
 @pytest.fixture(scope="module")
 def compressed(folders):
-    made = {}
-    for scheme in ("int4", "w8a8"):
-        made[scheme] = folders.root / f"compressed_{scheme}"
-        write_compressed_tensors(torch_loaded(folders["plain"]), made[scheme], scheme)
-    return made
+    """compressed-tensors folders as llmcompressor writes them (write_random_checkpoint's writer)."""
+    return {scheme: write_random_checkpoint(folders.root / f"compressed_{scheme}", _llama(), seed=1, group_size=32,
+                                            quantization=f"compressed-tensors:{scheme}")
+            for scheme in ("int4", "w8a8")}
 
 
 @pytest.mark.parametrize("scheme", ["int4", "w8a8"])
@@ -232,10 +188,25 @@ def test_a_compressed_tensors_folder_is_read_packed_and_generates(compressed, sc
     assert to_torch(tokens).tolist() == expected_tokens.tolist()
 
 
-def test_a_compressed_tensors_scheme_without_a_cpu_path_is_refused_by_name(folders, compressed, tmp_path):
-    write_compressed_tensors(torch_loaded(folders["plain"]), tmp_path, "int4", group_size=16)
+def test_a_compressed_tensors_scheme_without_a_cpu_path_is_refused_by_name(compressed, tmp_path):
+    write_random_checkpoint(tmp_path, _llama(), quantization="compressed-tensors:int4", group_size=16)
     with pytest.raises(PortError, match=r"compressed-tensors group 'group_0' \(format 'pack-quantized', weights "
                                         r"\{num_bits=4, .*group_size=16.*supported: pack-quantized int4"):
         aot_ops.load_pretrained(tmp_path)
     with pytest.raises(PortError, match="stored quantized already"):
         aot_ops.load_pretrained(compressed["int4"], quantization_config=_config("int8"))
+
+
+def test_a_sharded_torchao_folder_written_shard_by_shard_reads_as_transformers_reads_it(tmp_path):
+    """write_random_checkpoint's torchao folders (the memory benchmark's): several shards, each header describing
+    every tensor, read by transformers and by load_pretrained to the same packed weights."""
+    folder = write_random_checkpoint(tmp_path, _llama(), shard_bytes=16 << 10, quantization=_config("int8"))
+    assert len(list(folder.glob("*.safetensors"))) > 2
+    expected = torch_loaded(folder)
+    model = aot_ops.load_pretrained(folder)
+    for path, module in expected.named_modules():
+        if isinstance(module, torch.nn.Linear) and _is_quantized(module.weight):
+            for name, inner in _inner(module.weight).items():
+                assert torch.equal(_inner(model.get_submodule(path).weight)[name], inner), (path, name)
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits, expected(IDS).logits)

@@ -190,6 +190,24 @@ def test_a_weight_export_cannot_take_apart_is_refused_by_name():
     assert torch.allclose(to_torch(aot_ops.from_torch(plain, (x,))(to_ms(x))), plain(x).detach(), atol=1e-6)
 
 
+def test_training_through_int4_weights_is_refused_naming_them():
+    """ATen's int4 CPU kernel has no derivative (torch cannot train a LoRA on an int4 base either): the port says
+    which quantized weights stand in the way, and the next port works."""
+    import peft
+
+    model = peft.get_peft_model(quantized("llama", "int4"), peft.LoraConfig(r=4, lora_alpha=8,
+                                                                             target_modules=["q_proj"]))
+    with pytest.raises(PortError, match=r"_weight_int4pack_mm_for_cpu.*\n.*cannot train through its quantized "
+                                        r"weights \('base_model\.model\.model\.layers\.0\.self_attn\.q_proj\."
+                                        r"base_layer\.weight' of class Int4OpaqueTensor, and \d+ more\).*evaluation_only"):
+        aot_ops.from_torch(model, (), {"input_ids": IDS, "use_cache": False}, fuse=True)
+    evaluation = aot_ops.from_torch(model, (), {"input_ids": IDS, "use_cache": False}, fuse=True,
+                                    evaluation_only=True)
+    with torch.no_grad():
+        expected = model(input_ids=IDS, use_cache=False).logits
+    assert torch.equal(to_torch(evaluation(input_ids=to_ms(IDS)).logits), expected)
+
+
 def test_atens_int8_kernel_runs_on_mindspores_buffers():
     """torch 2.14's _weight_int8pack_mm loads its activations and weight with aligned vector instructions: it faulted
     (SIGSEGV) on MindSpore's buffers, which need not be 64-byte aligned. Through the bridge, at several offsets into a

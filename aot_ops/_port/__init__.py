@@ -29,7 +29,7 @@ from .errors import PortError
 from .programs import stage as program_stage
 from .read import stage as read_stage
 from .trace.export import CACHE_ADVICE, Inputs
-from .trace.tensor_subclasses import with_plain_weights
+from .trace.tensor_subclasses import derivatives_explained, with_plain_weights
 
 __all__ = ["from_torch", "PortError", "PortedCell"]
 
@@ -150,7 +150,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     if dynamic_batch:
         dynamic_shapes = _batch_dimensions(model, args, tensor_kwargs)
     inputs = Inputs(args, tensor_kwargs, fixed_kwargs)
-    model = with_plain_weights(model)  # quantized weights (tensor subclasses) as their inner tensors
+    quantized_model, model = model, with_plain_weights(model)  # quantized weights as their inner tensors
     trainable = {key for key, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
 
     # (compiled programs are not kept; nor plans with the port's own checkpointing, which the key does not cover)
@@ -158,11 +158,12 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
     plan = plan_cache.read(kept_as) if kept_as else None
     if plan is None:
         # The stages, each taking the plan the one before made
-        plan = read_stage.traced_and_read(model, inputs, dynamic_shapes, no_training, fuse, trainable, input_grads,
-                                          export_two_layers, checkpoint_layers)
-        if fuse:
-            plan = program_stage.fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile",
-                                       compile_inputs=compile_inputs)
+        with derivatives_explained(quantized_model):
+            plan = read_stage.traced_and_read(model, inputs, dynamic_shapes, no_training, fuse, trainable,
+                                              input_grads, export_two_layers, checkpoint_layers)
+            if fuse:
+                plan = program_stage.fused(plan, model, trainable, input_grads, compile_programs=fuse == "compile",
+                                           compile_inputs=compile_inputs)
         if kept_as:
             plan_cache.write(kept_as, plan)
     if not fuse and jit and plan.half_gradients_fanned_out:

@@ -10,7 +10,7 @@ that holds them (as save_pretrained does). Values: normal with the config's init
 one; reproducible from `seed`.
 
 `quantization` writes the linear layers' weights (every nn.Linear but the output embedding) quantized, as the tools
-people use save them (docs/porting.md#quantized-models):
+people use save them (docs/porting.md#quantized-checkpoints):
 - a torchao configuration (Int8WeightOnlyConfig(), ...): as transformers saves a model quantized with TorchAoConfig
   (each weight's inner tensors under `<layer>._weight_<name>`, torchao's description of every tensor in each
   shard's header, `quantization_config` in config.json);

@@ -53,10 +53,11 @@ def load_pretrained(folder, *, dtype: torch.dtype | None = None, model_class: An
     - `tensor_parallel=True` (or the job's number of ranks), on each rank of a MindSpore job (msrun): the model
       split over the job's ranks by its own plan (aot_ops.tensor_parallel) before any weight is read; each rank
       reads only its share of each split tensor, and the replicated ones whole (docs/distributed.md).
-    - Quantized weights (docs/porting.md#quantized-models): a folder saved from a torchao-quantized model (transformers'
-      TorchAoConfig) is read as stored, each weight its packed integers and scales; `quantization_config` (a
-      TorchAoConfig or a torchao configuration such as Int8WeightOnlyConfig()) quantizes a full-precision folder's
-      linear layers as they are read, one full-precision matrix at a time.
+    - Quantized weights (docs/porting.md#quantized-checkpoints): a folder saved from a torchao-quantized model
+      (transformers' TorchAoConfig) or a compressed-tensors folder (int4 pack-quantized, int8, W8A8) is read as
+      stored, each weight its packed integers and scales; `quantization_config` (a TorchAoConfig or a torchao
+      configuration such as Int8WeightOnlyConfig()) quantizes a full-precision folder's linear layers as they are
+      read, one full-precision matrix at a time.
     """
     loading = _Loading(folder, dtype, model_class, tensor_parallel, quantization_config)
     loading.read()

@@ -1,7 +1,7 @@
 """Quantized weights of a checkpoint folder, each a torchao tensor subclass over MindSpore Parameters that hold its
 packed integers and scales as stored (never a dequantized copy).
 
-Two ways a folder gives them (docs/porting.md#quantized-models):
+Two ways a folder gives them (docs/porting.md#quantized-checkpoints):
 - stored quantized: a model quantized with torchao and saved by transformers' save_pretrained (its TorchAoConfig)
   keeps each quantized weight as its inner tensors (`q_proj._weight_qdata`, `q_proj._weight_scale`, ...) and
   describes the subclass in the safetensors header (`__metadata__`: its class and attributes, as JSON). The inner
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..._core.heap import release_free_memory
 from ..errors import PortError
 from .checkpoint import Checkpoint, StoredTensor
 
@@ -106,6 +107,8 @@ class OnLoad:
                 views[name].copy_(inner)
         rebuilt = type(quantized).__tensor_unflatten__(views, attributes, quantized.shape, quantized.stride())
         set_weight(model, key, rebuilt)
+        del quantized
+        release_free_memory()  # the full-precision matrix and torchao's temporaries, freed into glibc's heap
 
 
 def _torchao_config(quantization: Any) -> tuple[Any, list[str]]:

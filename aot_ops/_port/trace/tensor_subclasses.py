@@ -8,6 +8,9 @@ keys (the cell's Parameters: the packed integers and their scales, never a dequa
 operators the subclass runs on them (aten::_int_mm, torchao's registered quantization operators, ...)."""
 from __future__ import annotations
 
+import contextlib
+import re
+
 import torch
 
 from ..._core import torch_private
@@ -51,8 +54,8 @@ def with_plain_weights(model: torch.nn.Module) -> torch.nn.Module:
                 f"{type(model).__name__}: the weight '{key}' is a {kind.__module__}.{kind.__qualname__}, a tensor "
                 "subclass without __tensor_flatten__/__tensor_unflatten__, which torch.export cannot take apart. "
                 "Supported: traceable wrapper subclasses (torchao's quantized tensors: Int8WeightOnlyConfig, "
-                "Int8DynamicActivationInt8WeightConfig; docs/porting.md#quantized-models); convert the weight to a "
-                "plain tensor otherwise")
+                "Int8DynamicActivationInt8WeightConfig; docs/porting.md#quantized-models-torchao); convert the "
+                "weight to a plain tensor otherwise")
     copy = structural_copy(model)
     owners = _inner_owners(found)
     torch_private.unwrap_tensor_subclass_parameters(copy)
@@ -82,3 +85,23 @@ def _mark_owned(model: torch.nn.Module, owners: dict[tuple, object]) -> None:
         owner = owners.get((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)))
         if owner is not None:
             tensor._aot_ops_owner = owner
+
+
+@contextlib.contextmanager
+def derivatives_explained(model: torch.nn.Module):
+    """A PortError of tracing a backward through an operator without a derivative, raised in the block, says which
+    quantized weights of `model` such an operator runs on (torchao's int4 CPU kernel has none: a LoRA on an int4
+    base cannot train, in torch either)."""
+    try:
+        yield
+    except PortError as exc:
+        missing = re.search(r"derivative for (\S+) is not implemented", str(exc))
+        found = subclass_weights(model) if missing else []
+        if not found:
+            raise
+        key, tensor = found[0]
+        raise PortError(
+            f"{exc}\n{type(model).__name__} cannot train through its quantized weights ('{key}' of class "
+            f"{type(tensor).__qualname__}, and {len(found) - 1} more): their kernel {missing.group(1)} has no "
+            "derivative. Port it for evaluation (evaluation_only=True, from_torch_lm), or train adapters on a base "
+            "whose kernels have one (torchao's int8 schemes: docs/porting.md#quantized-models-torchao)") from exc

@@ -1,0 +1,180 @@
+"""Quantized checkpoints from their folder: the memory a port takes against the packed checkpoint's size, and its
+greedy tokens against torch's on the same quantized model.
+
+    .venv/bin/python benchmarks/quantized_checkpoints.py [--models llama-1b-int8,llama-1b-int4,qwen2-14b-int8]
+                                                         [--root DIR] [--plot docs/quantized_checkpoints.png]
+
+Each model is a folder of random weights written once, shard by shard, into `--root`
+(aot_ops.tools.random_checkpoint): "-int8" as transformers saves a model quantized with TorchAoConfig(
+Int8WeightOnlyConfig()) (the linear layers' int8 matrices and scales; embeddings, norms and the output layer in
+bfloat16), "-int4" as llmcompressor saves a compressed-tensors int4 model (pack-quantized, a scale per 128 inputs,
+the output layer bfloat16). llama-1b is TinyLlama's shape (1.1B parameters), qwen2-14b Qwen2.5-14B's (48 layers,
+hidden 5120; ~16 GB as int8). Each measurement runs in a fresh process:
+- `aot_ops.from_pretrained(folder, max_length=64)` (fuse=True, the port cache off: exported and fused): its wall
+  time, the resident peak above the process before it and the private (anonymous) memory after it, as multiples of
+  the packed checkpoint (the safetensors data: what the folder stores). Nothing is mapped: the files are read into
+  the Parameters (int4 weights repacked for ATen's CPU kernel one matrix at a time).
+- 8 greedy tokens after a 12-token prompt with aot_ops.generate; then the port is deleted and torch decodes the same
+  tokens from aot_ops.load_pretrained(folder) (the torch model over the same packed weights, as torchao's tensor
+  subclasses) with transformers' generate, its int8 layers computing with ATen's int8 kernel as the port's do
+  (aot_ops.testing.same_kernels_as_port).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+from _memory import reset_peak, status_bytes
+
+SHAPES = {  # name -> (config class, config)
+    "llama-1b": ("LlamaConfig", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
+                                     num_key_value_heads=4, intermediate_size=5632, vocab_size=32000,
+                                     max_position_embeddings=2048)),
+    "qwen2-14b": ("Qwen2Config", dict(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
+                                      num_key_value_heads=8, intermediate_size=13824, vocab_size=152064,
+                                      tie_word_embeddings=False)),
+}
+
+
+def checkpoint(root: str, name: str) -> str:
+    folder = os.path.join(root, name)
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        import torch
+        import transformers
+
+        from aot_ops.tools.random_checkpoint import write_random_checkpoint
+
+        shape, scheme = name.rsplit("-", 1)
+        kind, config = SHAPES[shape]
+        quantization = "compressed-tensors:int4" if scheme == "int4" else _int8()
+        start = time.perf_counter()
+        write_random_checkpoint(folder + ".part", getattr(transformers, kind)(**config), dtype=torch.bfloat16,
+                                quantization=quantization)
+        os.rename(folder + ".part", folder)
+        print(f"{name}: written in {time.perf_counter() - start:.0f} s", flush=True)
+    return folder
+
+
+def _int8():
+    from torchao.quantization import Int8WeightOnlyConfig
+
+    return Int8WeightOnlyConfig()
+
+
+# ---- measured in the child process ---------------------------------------------------------------------------------
+
+def _anonymous() -> int:
+    with open("/proc/self/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("Anonymous")
+
+
+def measure(folder: str) -> dict:
+    import gc
+
+    import torch
+    import transformers
+
+    import aot_ops
+    import aot_ops._port.lm.kv_cache  # noqa: F401 - imported before the baseline, as a user's process has it
+    import aot_ops._port.lm.pretrained  # noqa: F401
+    importlib.import_module("torchao.quantization")  # imported before the baseline, as a user's process has it
+    from aot_ops._core.convert import to_ms, to_torch
+    from aot_ops._port.lm.checkpoint import Checkpoint
+    from aot_ops.testing import same_kernels_as_port
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    packed = Checkpoint(folder).nbytes
+    config = transformers.AutoConfig.from_pretrained(folder)
+    transformers.AutoModelForCausalLM._model_mapping[type(config)]  # the model type's modules, imported before
+    gc.collect()
+    reset_peak()
+    rss, anonymous = status_bytes("VmRSS"), _anonymous()
+    start = time.perf_counter()
+    lm = aot_ops.from_pretrained(folder, max_length=64)
+    seconds = time.perf_counter() - start
+    row = {"packed_GB": packed / 1e9, "from_pretrained_s": seconds,
+           "peak": (status_bytes("VmHWM") - rss) / packed, "private_after": (_anonymous() - anonymous) / packed,
+           "parameters_GB": sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name) / 1e9}
+    torch.manual_seed(0)
+    ids = torch.randint(2, 30000, (1, 12))
+    row["tokens"] = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=8))[0, 12:].tolist()
+    del lm
+    gc.collect()
+    model = aot_ops.load_pretrained(folder)
+    with torch.no_grad(), same_kernels_as_port(model):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                             pad_token_id=0)
+    row["torch_tokens"] = out[0, 12:].tolist()
+    return row
+
+
+# ---- the parent ----------------------------------------------------------------------------------------------------
+
+def run_child(folder: str) -> dict | None:
+    done = subprocess.run([sys.executable, __file__, "--child", folder], capture_output=True, text=True,
+                          env={**os.environ, "AOT_OPS_PORT_CACHE": "0"})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        print(f"{folder}: failed ({done.returncode}): {done.stderr.strip().splitlines()[-3:]}", flush=True)
+        return None
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="llama-1b-int8,llama-1b-int4,qwen2-14b-int8")
+    parser.add_argument("--root", default="/tmp/aot_ops-checkpoints")
+    parser.add_argument("--plot", metavar="PNG")
+    parser.add_argument("--child", metavar="FOLDER", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.child:
+        print("RESULT " + json.dumps(measure(options.child)), flush=True)
+        return 0
+    print(f"load average {os.getloadavg()[0]:.2f}; memory as multiples of the packed checkpoint, above the process "
+          "before loading", flush=True)
+    rows = []
+    for name in [m for m in options.models.split(",") if m]:
+        row = run_child(checkpoint(options.root, name))
+        if row is None:
+            continue
+        rows.append({"model": name, **row})
+        same = row["tokens"] == row["torch_tokens"]
+        print(f"{name}: packed checkpoint {row['packed_GB']:.2f} GB (the cell's Parameters "
+              f"{row['parameters_GB']:.2f} GB), from_pretrained {row['from_pretrained_s']:.1f} s, peak "
+              f"{row['peak']:.3f}x, private after {row['private_after']:.3f}x; 8 tokens {'equal' if same else 'DIFFER'}"
+              f" torch's ({row['tokens']} / {row['torch_tokens']})", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    if options.plot and rows:
+        plot(options.plot, rows)
+    return 0
+
+
+def plot(path: str, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    names = [r["model"] for r in rows]
+    axes.bar([i - 0.2 for i in range(len(rows))], [r["peak"] for r in rows], width=0.4, label="resident peak")
+    axes.bar([i + 0.2 for i in range(len(rows))], [r["private_after"] for r in rows], width=0.4,
+             label="private after the port")
+    axes.axhline(1.1, color="red", linewidth=0.8, linestyle="--", label="target 1.1x")
+    axes.set_xticks(range(len(rows)), [f"{n}\n{r['packed_GB']:.1f} GB" for n, r in zip(names, rows)])
+    axes.set(ylabel="x the packed checkpoint", title="from_pretrained of a quantized folder: memory")
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

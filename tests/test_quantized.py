@@ -6,6 +6,7 @@ refused by name."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import mindspore as ms
 import pytest
@@ -94,6 +95,22 @@ def test_quantized_logits_equal_torchs_bit_for_bit(models, family, scheme, fuse)
                                         evaluation_only=True)
         got = to_torch(evaluation(input_ids=to_ms(IDS)).logits)
         assert torch.equal(got, same_kernels), (got - same_kernels).abs().max()
+
+
+@pytest.mark.slow  # Inductor compiles each scheme's graph: about 20 s a scheme
+@pytest.mark.parametrize("scheme", ["int8", "w8a8", "int4"])
+def test_quantized_compiled_equals_torch_compile(models, scheme):
+    """fuse="compile": the quantized graph compiled by AOTInductor gives what torch.compile gives for the model, bit
+    for bit (both fuse the bfloat16 steps the same way; neither is eager torch's rounding)."""
+    model = models["llama", scheme]
+    with torch.no_grad():
+        expected = torch.compile(model)(input_ids=IDS, use_cache=False).logits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", aot_ops.CompileFallbackWarning)  # compiled, not its interpreted fallback
+        cell = aot_ops.from_torch(model, (), {"input_ids": IDS, "use_cache": False}, fuse="compile",
+                                  evaluation_only=True)
+    got = to_torch(cell(input_ids=to_ms(IDS)).logits)
+    assert torch.equal(got, expected), (got - expected).abs().max()
 
 
 def test_quantized_cell_in_graph_mode(models):

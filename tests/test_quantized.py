@@ -15,6 +15,7 @@ import transformers
 
 import aot_ops
 from aot_ops import PortError
+from aot_ops._core.convert import torch_view
 from aot_ops.testing import same_kernels_as_port
 from collective_cases import LmLoss
 from support import to_ms, to_torch
@@ -133,6 +134,12 @@ def test_quantized_lm_generates_torchs_greedy_tokens(models, family, scheme):
     with same_kernels_as_port(model) if scheme == "int8" else contextlib.nullcontext():
         expected = model.generate(prompt, max_new_tokens=32, do_sample=False)
     lm = aot_ops.from_torch_lm(model, batch_size=1, max_length=40, fuse=True)
+    # share_weights (from_torch_lm's default): the model's packed weights are the cell's Parameters, held once
+    weight = model.model.layers[1].mlp.down_proj.weight
+    first = weight.__tensor_flatten__()[0][0]
+    parameter = {p.name: p for p in lm.cell.get_parameters()}[
+        "model.model.layers.1.mlp.down_proj.parametrizations.weight.original0"]
+    assert getattr(weight, first).data_ptr() == torch_view(parameter).data_ptr()
     tokens = aot_ops.generate(lm, to_ms(prompt), max_new_tokens=32, generation_config=model.generation_config)
     assert to_torch(tokens).tolist() == expected.tolist()
     assert len(set(expected[0, 5:].tolist())) > 3  # a decoding that tells models apart (an end token may stop it)

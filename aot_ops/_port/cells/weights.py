@@ -38,6 +38,11 @@ def make_parameters(cells: dict[str, nn.Cell], state: list, initial_state: Mappi
             if share_weights and owner is None:
                 with torch.no_grad():
                     tensor.data = torch_view(parameter)
+                    # a quantized weight's inner tensor, of which the port's tensor is a new object
+                    # (trace/tensor_subclasses.py): the user's module shares the Parameter too
+                    same_memory = getattr(tensor, "_aot_ops_same_memory", None)
+                    if same_memory is not None:
+                        same_memory.data = torch_view(parameter)
     for entry in state:
         if entry.alias_of is not None:
             parameters[entry.key] = parameters[entry.alias_of]

@@ -23,7 +23,7 @@ import torch
 from ..._core.heap import release_free_memory
 from ..errors import PortError
 from .checkpoint import Checkpoint, StoredTensor
-from .quantized_weights import NewWeight, set_weight
+from .quantized_weights import Installed, NewWeight, set_weight
 
 _REPACK_ROWS = 256  # rows repacked at a time: a multiple of ATen's blocks of 64
 
@@ -82,10 +82,16 @@ class CompressedTensors:
                 return "w8a8", 0
         raise refused
 
-    def install(self, model: torch.nn.Module, key: str, new_weight: NewWeight) -> list[tuple[StoredTensor,
-                                                                                          torch.Tensor]]:
+    def install(self, model: torch.nn.Module, key: str, stored: StoredTensor | None,
+                new_weight: NewWeight) -> Installed | None:
         """Gives the model's weight `key` its quantized tensor over new Parameters; returns what is still to be
-        read into them (the int8 matrices; int4 weights are repacked here)."""
+        read into them (the int8 matrices; int4 weights are repacked here); None for a layer left unquantized."""
+        if key not in self.kinds:
+            return None
+        installed = self._install(model, key, new_weight)
+        return Installed(installed, self._used(key))
+
+    def _install(self, model: torch.nn.Module, key: str, new_weight: NewWeight) -> list:
         module = model.get_submodule(key.rpartition(".")[0])
         shape = (module.out_features, module.in_features)
         dtype = module.weight.dtype
@@ -152,7 +158,7 @@ class CompressedTensors:
             scales.copy_(scale_and_zero)
         return Int4OpaqueTensor(qdata, scales, block_size=[1, group_size], shape=torch.Size(shape))
 
-    def used(self, key: str) -> list[str]:
+    def _used(self, key: str) -> list[str]:
         """The checkpoint's tensor names the layer of `key` is read from."""
         path = key.rpartition(".")[0]
         names = ("weight_packed", "weight_scale", "weight_shape") if self.kinds[key] == "int4" else \

@@ -77,8 +77,8 @@ def from_pretrained(folder, *, max_length: int | None = None, batch_size: int = 
       gives.
     `dtype`, `model_class`, `tensor_parallel` and `quantization_config` as for load_pretrained (a split model's
     collectives stand between its fused programs: docs/distributed.md) (whose model the port is made from; `lm.cell`
-    or the cell holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be loaded or
-    ported."""
+    or the cell holds its weights; the torch module itself is not kept). Raises PortError naming what cannot be
+    loaded or ported."""
     from .. import plan_cache, port
     from .kv_cache import port_lm
 
@@ -157,9 +157,7 @@ class _Loading:
             self.shares = shares(model)
         self.model = model.eval()
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
-        self.quantization = quantization
-        self.compressed = compressed_tensors_format.CompressedTensors(config, model, self.checkpoint) \
-            if compressed_tensors_format.is_compressed_tensors(config) else None
+        self.quantized = self._quantized_weights(config, quantization)
         _make_non_persistent_buffers(model)
         self.targets = self._install_parameters()
 
@@ -175,26 +173,15 @@ class _Loading:
             tensors[id(tensor)] = tensor
         prefix = getattr(model, "base_model_prefix", "") + "."
         missing, mismatched, used, targets = [], [], set(), []
-        stored_quantized = quantized_weights.stored_quantized(self.checkpoint)
-        on_load = self._quantizing_on_load(stored_quantized)
         for ident, keys in groups.items():
             tensor = tensors[ident]
-            quantized = next((key for key in keys if key in stored_quantized), None)
-            if quantized is not None:  # its packed integers and scales, read as stored
-                read = quantized_weights.install_stored(model, quantized, stored_quantized[quantized],
-                                                        self.checkpoint, _new_weight)
-                targets.extend(read)
-                used.update(stored.name for stored, _ in read)
-                continue
-            if self.compressed is not None and keys[0] in self.compressed.kinds:
-                targets.extend(self.compressed.install(model, keys[0], _new_weight))
-                used.update(self.compressed.used(keys[0]))
-                continue
             stored = _find(self.checkpoint.tensors, keys, prefix)
-            if stored is not None and on_load is not None and keys[0] in on_load.keys and \
-                    stored.shape == tuple(tensor.shape):
-                on_load.install(model, keys[0], stored, self.checkpoint, _new_weight)  # read and quantized now
-                used.add(stored.name)
+            # a quantized weight: its packed integers and scales (read as stored, or quantized as read)
+            installed = next(filter(None, (source.install(model, keys[0], stored, _new_weight)
+                                           for source in self.quantized)), None)
+            if installed is not None:
+                targets.extend(installed.reads)
+                used.update(installed.names)
                 continue
             if stored is None:
                 missing.append(" = ".join(keys))
@@ -231,17 +218,22 @@ class _Loading:
                         self.checkpoint.folder, type(model).__name__, _listed(unexpected))
         return targets
 
-    def _quantizing_on_load(self, stored_quantized: dict) -> "quantized_weights.OnLoad | None":
-        if self.split and (stored_quantized or self.quantization is not None or self.compressed is not None):
-            raise PortError(f"load_pretrained: {self.checkpoint.folder}: a quantized model cannot be split over "
-                            "ranks (tensor_parallel) yet; load it whole on each rank")
-        if self.quantization is None:
-            return None
-        if stored_quantized or self.compressed is not None:
-            raise PortError(f"load_pretrained: {self.checkpoint.folder} is stored quantized already (e.g. "
-                            f"'{next(iter(stored_quantized or self.compressed.kinds))}'): load it without "
+    def _quantized_weights(self, config, quantization: Any) -> list:
+        """Where the model's quantized weights come from (quantized_weights.py, compressed_tensors_format.py):
+        stored quantized by torchao, by compressed-tensors, or a full-precision weight quantized as it is read."""
+        folder = self.checkpoint.folder
+        stored = [source for source in (quantized_weights.StoredTorchao(self.checkpoint),) if source.descriptions]
+        if compressed_tensors_format.is_compressed_tensors(config):
+            stored.append(compressed_tensors_format.CompressedTensors(config, self.model, self.checkpoint))
+        if stored and quantization is not None:
+            raise PortError(f"load_pretrained: {folder} is stored quantized already: load it without "
                             "quantization_config")
-        return quantized_weights.OnLoad(self.quantization, self.model)
+        sources = stored or ([quantized_weights.OnLoad(quantization, self.model, self.checkpoint)]
+                             if quantization is not None else [])
+        if sources and self.split:
+            raise PortError(f"load_pretrained: {folder}: a quantized model cannot be split over ranks "
+                            "(tensor_parallel) yet; load it whole on each rank")
+        return sources
 
     def read(self) -> None:
         """Reads every weight."""

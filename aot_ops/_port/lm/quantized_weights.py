@@ -17,7 +17,7 @@ Parameters themselves as the cell's, without a copy (share_weights).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -29,66 +29,89 @@ from .checkpoint import Checkpoint, StoredTensor
 NewWeight = Callable[[str, tuple, torch.dtype], torch.Tensor]
 
 
-def stored_quantized(checkpoint: Checkpoint) -> dict[str, dict]:
-    """torchao's description of each weight the checkpoint stores quantized, by the model's key ('...q_proj.weight');
-    empty for a checkpoint without them."""
-    try:
-        names = json.loads(checkpoint.metadata.get("tensor_names", "[]"))
-        described = {name: json.loads(checkpoint.metadata[name]) for name in names if name in checkpoint.metadata}
-    except (ValueError, TypeError) as exc:
-        raise PortError(f"load_pretrained: the quantized tensors' description in {checkpoint.folder}'s safetensors "
-                        f"header is not torchao's ({exc})") from None
-    return {name: d for name, d in described.items() if isinstance(d, dict) and d.get("_type") != "Tensor"}
+class Installed(NamedTuple):
+    """A quantized weight given to the model: what is still to be read into its Parameters, and the checkpoint's
+    tensors it is made of."""
+
+    reads: list[tuple[StoredTensor, torch.Tensor]]
+    names: list[str]
 
 
-def install_stored(model: torch.nn.Module, key: str, description: dict, checkpoint: Checkpoint,
-                   new_weight: NewWeight) -> list[tuple[StoredTensor, torch.Tensor]]:
-    """The model's weight `key` made the quantized tensor the checkpoint stores for it, over new Parameters (not
-    yet read); returns where each of its inner tensors is read from."""
-    unflatten = _torchao_reader(checkpoint, key)
-    module_path, _, weight_name = key.rpartition(".")
-    prefix = f"{module_path}._{weight_name}_"
-    data_names = description.get("_tensor_data_names") or []
-    missing = [prefix + name for name in data_names if prefix + name not in checkpoint.tensors]
-    if not data_names or missing:
-        raise PortError(f"load_pretrained: the quantized weight '{key}' ({description.get('_type')}) of "
-                        f"{checkpoint.folder} lacks its tensors {missing or '(none listed)'}")
-    views, targets = {}, []
-    for name in data_names:
-        stored = checkpoint.tensors[prefix + name]
-        views[prefix + name] = view = new_weight(prefix + name, stored.shape, stored.dtype)
-        targets.append((stored, view.detach()))
-    try:
-        rebuilt, _ = unflatten(views, {key: json.dumps(description), "tensor_names": json.dumps([key])})
-    except Exception as exc:  # noqa: BLE001 - torchao's own error, named with the weight
-        raise PortError(f"load_pretrained: torchao cannot rebuild the quantized weight '{key}' "
-                        f"({description.get('_type')}) of {checkpoint.folder}: {type(exc).__name__}: {exc}") from None
-    if key not in rebuilt:
-        raise PortError(f"load_pretrained: torchao does not rebuild '{key}' ({description.get('_type')}) of "
-                        f"{checkpoint.folder}")
-    set_weight(model, key, rebuilt[key])
-    return targets
+class StoredTorchao:
+    """The weights a checkpoint stores quantized by torchao (as transformers saves them)."""
+
+    def __init__(self, checkpoint: Checkpoint):
+        self.checkpoint = checkpoint
+        try:
+            names = json.loads(checkpoint.metadata.get("tensor_names", "[]"))
+            described = {name: json.loads(checkpoint.metadata[name]) for name in names if name in checkpoint.metadata}
+        except (ValueError, TypeError) as exc:
+            raise PortError(f"load_pretrained: the quantized tensors' description in {checkpoint.folder}'s "
+                            f"safetensors header is not torchao's ({exc})") from None
+        # torchao's description of each weight stored quantized, by the model's key ('...q_proj.weight')
+        self.descriptions = {name: d for name, d in described.items()
+                             if isinstance(d, dict) and d.get("_type") != "Tensor"}
+
+    def install(self, model: torch.nn.Module, key: str, stored: StoredTensor | None,
+                new_weight: NewWeight) -> Installed | None:
+        """The model's weight `key` made the quantized tensor the checkpoint stores for it, over new Parameters (not
+        yet read: the reading is returned); None for a weight not stored so."""
+        description = self.descriptions.get(key)
+        if description is None:
+            return None
+        checkpoint = self.checkpoint
+        unflatten = _torchao_reader(checkpoint, key)
+        module_path, _, weight_name = key.rpartition(".")
+        prefix = f"{module_path}._{weight_name}_"
+        data_names = description.get("_tensor_data_names") or []
+        missing = [prefix + name for name in data_names if prefix + name not in checkpoint.tensors]
+        if not data_names or missing:
+            raise PortError(f"load_pretrained: the quantized weight '{key}' ({description.get('_type')}) of "
+                            f"{checkpoint.folder} lacks its tensors {missing or '(none listed)'}")
+        views, reads = {}, []
+        for name in data_names:
+            inner = checkpoint.tensors[prefix + name]
+            views[prefix + name] = view = new_weight(prefix + name, inner.shape, inner.dtype)
+            reads.append((inner, view.detach()))
+        try:
+            rebuilt, _ = unflatten(views, {key: json.dumps(description), "tensor_names": json.dumps([key])})
+        except Exception as exc:  # noqa: BLE001 - torchao's own error, named with the weight
+            raise PortError(f"load_pretrained: torchao cannot rebuild the quantized weight '{key}' "
+                            f"({description.get('_type')}) of {checkpoint.folder}: {type(exc).__name__}: "
+                            f"{exc}") from None
+        if key not in rebuilt:
+            raise PortError(f"load_pretrained: torchao does not rebuild '{key}' ({description.get('_type')}) of "
+                            f"{checkpoint.folder}")
+        set_weight(model, key, rebuilt[key])
+        return Installed(reads, list(views))
 
 
 class OnLoad:
     """Quantizing on load: which linear weights torchao's configuration applies to (as transformers' TorchAoConfig
     chooses them: every nn.Linear but the output embedding and `modules_to_not_convert`), and the quantizing."""
 
-    def __init__(self, quantization: Any, model: torch.nn.Module):
+    def __init__(self, quantization: Any, model: torch.nn.Module, checkpoint: Checkpoint):
+        self.checkpoint = checkpoint
         self.config, skipped = _torchao_config(quantization)
         output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.keys = {f"{path}.weight" for path, module in model.named_modules()
                      if isinstance(module, torch.nn.Linear) and module is not output
                      and not any(s == path or path.startswith(s + ".") or path.endswith("." + s) for s in skipped)}
 
-    def install(self, model: torch.nn.Module, key: str, stored: StoredTensor, checkpoint: Checkpoint,
-                new_weight: NewWeight) -> None:
-        """Reads the weight `key`, quantizes it and gives the model the quantized tensor over new Parameters."""
+    def install(self, model: torch.nn.Module, key: str, stored: StoredTensor | None,
+                new_weight: NewWeight) -> Installed | None:
+        """Reads the weight `key` (`stored`), quantizes it and gives the model the quantized tensor over new
+        Parameters; None for a weight the configuration leaves as it is (or one the checkpoint lacks or holds in
+        another shape: an error of the plain reading)."""
         from torchao.quantization import quantize_
 
+        if key not in self.keys or stored is None:
+            return None
         current = model.get_parameter(key)
+        if stored.shape != tuple(current.shape):
+            return None
         whole = torch.empty(stored.shape, dtype=current.dtype)
-        checkpoint.read_into(stored, whole)
+        self.checkpoint.read_into(stored, whole)
         linear = torch.nn.Linear(whole.shape[1], whole.shape[0], bias=False, device="meta")
         linear.weight = torch.nn.Parameter(whole, requires_grad=False)
         try:
@@ -109,6 +132,7 @@ class OnLoad:
         set_weight(model, key, rebuilt)
         del quantized
         release_free_memory()  # the full-precision matrix and torchao's temporaries, freed into glibc's heap
+        return Installed([], [stored.name])
 
 
 def _torchao_config(quantization: Any) -> tuple[Any, list[str]]:

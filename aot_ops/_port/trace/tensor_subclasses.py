@@ -57,34 +57,34 @@ def with_plain_weights(model: torch.nn.Module) -> torch.nn.Module:
                 "Int8DynamicActivationInt8WeightConfig; docs/porting.md#quantized-models-torchao); convert the "
                 "weight to a plain tensor otherwise")
     copy = structural_copy(model)
-    owners = _inner_owners(found)
+    inner = _inner_tensors(found)
     torch_private.unwrap_tensor_subclass_parameters(copy)
-    if owners:
-        _mark_owned(copy, owners)
+    _link_inner(copy, inner)
     return copy
 
 
-def _inner_owners(found: list[tuple[str, torch.Tensor]]) -> dict[tuple, object]:
-    """The MindSpore Parameter each inner tensor is the memory of (a quantized weight read from its checkpoint,
-    _port/lm/quantized_weights.py, wraps views made by convert.owned_view), by where that memory is."""
-    owners = {}
+def _inner_tensors(found: list[tuple[str, torch.Tensor]]) -> dict[tuple, torch.Tensor]:
+    """The subclass weights' inner tensors, by where their memory is."""
+    inner = {}
     for _, tensor in found:
-        names, _ = tensor.__tensor_flatten__()
-        for name in names:
-            inner = getattr(tensor, name)
-            owner = getattr(inner, "_aot_ops_owner", None)
-            if owner is not None:
-                owners[(inner.data_ptr(), inner.dtype, tuple(inner.shape))] = owner
-    return owners
+        for name in tensor.__tensor_flatten__()[0]:
+            value = getattr(tensor, name)
+            inner[(value.data_ptr(), value.dtype, tuple(value.shape))] = value
+    return inner
 
 
-def _mark_owned(model: torch.nn.Module, owners: dict[tuple, object]) -> None:
-    """The parametrizations' inner tensors (new Parameter objects over the same memory) marked as their
-    MindSpore Parameter's, so that share_weights=True takes that Parameter instead of copying it."""
+def _link_inner(model: torch.nn.Module, inner: dict[tuple, torch.Tensor]) -> None:
+    """Each parametrization's inner tensor (a new Parameter over the memory of the user's subclass's own inner
+    tensor) linked to that tensor, for share_weights (cells/weights.py): the Parameter a checkpoint's weight was
+    read into (load_pretrained's, marked by convert.owned_view) is taken as it is, and otherwise the user's inner
+    tensor is made a view of the new Parameter too, so that the packed weights are held once."""
     for _, tensor in model.named_parameters(remove_duplicate=False):
-        owner = owners.get((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)))
-        if owner is not None:
-            tensor._aot_ops_owner = owner
+        same = inner.get((tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)))
+        if same is not None:
+            tensor._aot_ops_same_memory = same
+            owner = getattr(same, "_aot_ops_owner", None)
+            if owner is not None:
+                tensor._aot_ops_owner = owner
 
 
 @contextlib.contextmanager

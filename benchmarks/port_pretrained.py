@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from _memory import reset_peak, status_bytes
+from _memory import anonymous_bytes, child_result, reset_peak, status_bytes
 
 MODELS = {  # name -> (config class, config)
     "llama-1b": ("LlamaConfig", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
@@ -70,20 +70,12 @@ def checkpoint(root: str, name: str) -> str:
 
 # ---- measured in the child process ---------------------------------------------------------------------------------
 
-def _anonymous() -> int:
-    with open("/proc/self/smaps_rollup") as rollup:
-        for line in rollup:
-            if line.startswith("Anonymous:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("Anonymous")
-
-
 def _start_measuring() -> tuple[int, int]:
     import gc
 
     gc.collect()
     reset_peak()
-    return status_bytes("VmRSS"), _anonymous()
+    return status_bytes("VmRSS"), anonymous_bytes()
 
 
 def prompt():
@@ -139,7 +131,7 @@ def measure_port(folder: str) -> dict:
     seconds = time.perf_counter() - start
     weights = sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name)
     row = {"weights_GB": weights / 1e9, "from_pretrained_s": seconds, "imports_s": imports, **phases,
-           "peak": (status_bytes("VmHWM") - rss) / weights, "private_after": (_anonymous() - anonymous) / weights}
+           "peak": (status_bytes("VmHWM") - rss) / weights, "private_after": (anonymous_bytes() - anonymous) / weights}
     ids = prompt()
     ours = to_torch(aot_ops.generate(lm, to_ms(ids), max_new_tokens=8))[0, 12:].tolist()
     port_margins = _port_margins(lm, ids, ours)
@@ -217,7 +209,7 @@ def measure_lora(folder: str, steps: int = 3) -> dict:
     losses = [float(step(to_ms(ids)).asnumpy()) for _ in range(steps)]
     row = {"weights_GB": weights / 1e9, "load_s": loaded - start, "port_s": ported - loaded,
            "trainable": len(cell.trainable_params()), "peak": (status_bytes("VmHWM") - rss) / weights,
-           "private_after": (_anonymous() - anonymous) / weights, "losses": losses}
+           "private_after": (anonymous_bytes() - anonymous) / weights, "losses": losses}
     # After the measurement: MindSpore's ms.grad compiles a graph of its own, with buffers of its own
     before_steps = cell.trainable_params()
     gradients = ms.grad(cell, grad_position=None, weights=before_steps)(to_ms(ids))
@@ -254,13 +246,7 @@ def run_child(kind: str, folder: str, cold: bool, **environment: str) -> dict | 
         subprocess.run(["sync"], check=True)
         with open("/proc/sys/vm/drop_caches", "w") as caches:
             caches.write("3")
-    done = subprocess.run([sys.executable, __file__, "--child", kind, folder], capture_output=True, text=True,
-                          env={**os.environ, **environment})
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        print(f"{folder}: failed ({done.returncode}): {done.stderr.strip().splitlines()[-3:]}", flush=True)
-        return None
-    return json.loads(lines[0][len("RESULT "):])
+    return child_result(__file__, ["--child", kind, folder], folder, **environment)
 
 
 def main(argv=None) -> int:

@@ -26,11 +26,10 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 
-from _memory import reset_peak, status_bytes
+from _memory import anonymous_bytes, child_result, reset_peak, status_bytes
 
 SHAPES = {  # name -> (config class, config)
     "llama-1b": ("LlamaConfig", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
@@ -69,14 +68,6 @@ def _int8():
 
 # ---- measured in the child process ---------------------------------------------------------------------------------
 
-def _anonymous() -> int:
-    with open("/proc/self/smaps_rollup") as rollup:
-        for line in rollup:
-            if line.startswith("Anonymous:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("Anonymous")
-
-
 def prompt():
     import torch
 
@@ -103,12 +94,12 @@ def measure_port(folder: str) -> dict:
     transformers.AutoModelForCausalLM._model_mapping[type(config)]  # the model type's modules, imported before
     gc.collect()
     reset_peak()
-    rss, anonymous = status_bytes("VmRSS"), _anonymous()
+    rss, anonymous = status_bytes("VmRSS"), anonymous_bytes()
     start = time.perf_counter()
     lm = aot_ops.from_pretrained(folder, max_length=64)
     seconds = time.perf_counter() - start
     row = {"packed_GB": packed / 1e9, "from_pretrained_s": seconds,
-           "peak": (status_bytes("VmHWM") - rss) / packed, "private_after": (_anonymous() - anonymous) / packed,
+           "peak": (status_bytes("VmHWM") - rss) / packed, "private_after": (anonymous_bytes() - anonymous) / packed,
            "parameters_GB": sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name) / 1e9}
     row["tokens"] = to_torch(aot_ops.generate(lm, to_ms(prompt()), max_new_tokens=8))[0, 12:].tolist()
     row["peak_with_decoding"] = (status_bytes("VmHWM") - rss) / packed
@@ -134,13 +125,7 @@ def measure_torch(folder: str) -> dict:
 # ---- the parent ----------------------------------------------------------------------------------------------------
 
 def run_child(kind: str, folder: str, **environment: str) -> dict | None:
-    done = subprocess.run([sys.executable, __file__, "--child", kind, folder], capture_output=True, text=True,
-                          env={**os.environ, **environment})
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        print(f"{folder} ({kind}): failed ({done.returncode}): {done.stderr.strip().splitlines()[-3:]}", flush=True)
-        return None
-    return json.loads(lines[0][len("RESULT "):])
+    return child_result(__file__, ["--child", kind, folder], f"{folder} ({kind})", **environment)
 
 
 def main(argv=None) -> int:

@@ -96,14 +96,13 @@ class Checkpoint:
             raise PortError(f"checkpoint: {self.folder} has no model.safetensors nor model.safetensors.index.json"
                             f"{advice}")
         self.tensors: dict[str, StoredTensor] = {}
-        # the headers' "__metadata__" (strings): what wrote the file, torchao's description of its quantized tensors
-        self.metadata: dict[str, str] = {}
+        # each file's header "__metadata__" (strings): what wrote it, torchao's description of its quantized tensors
+        self.metadata: list[dict[str, str]] = []
         for file in files:
             stored_tensors, metadata = _read_header(file)
             for stored in stored_tensors:
                 self.tensors.setdefault(stored.name, stored)
-            for key, value in metadata.items():
-                self.metadata.setdefault(key, value)
+            self.metadata.append(metadata)
 
     @property
     def nbytes(self) -> int:

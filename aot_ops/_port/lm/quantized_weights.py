@@ -42,9 +42,13 @@ class StoredTorchao:
 
     def __init__(self, checkpoint: Checkpoint):
         self.checkpoint = checkpoint
+        # every file's own list (transformers writes the whole list into each shard; a shard listing only its own
+        # tensors is read as well)
+        described = {}
         try:
-            names = json.loads(checkpoint.metadata.get("tensor_names", "[]"))
-            described = {name: json.loads(checkpoint.metadata[name]) for name in names if name in checkpoint.metadata}
+            for metadata in checkpoint.metadata:
+                names = json.loads(metadata.get("tensor_names", "[]"))
+                described.update({name: json.loads(metadata[name]) for name in names if name in metadata})
         except (ValueError, TypeError) as exc:
             raise PortError(f"load_pretrained: the quantized tensors' description in {checkpoint.folder}'s "
                             f"safetensors header is not torchao's ({exc})") from None

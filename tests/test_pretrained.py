@@ -348,15 +348,27 @@ def test_lora_fine_tuning_of_a_loaded_decoder_equals_torch(folders, dtype):
         assert distance(ours) <= 1.1 * distance(theirs) + 1e-3, parameter.name
 
     step = aot_ops.train_step(loss_cell, ms.nn.SGD(trainable, learning_rate=0.01))
-    optimizer = torch.optim.SGD([p for p in torch_loss.parameters() if p.requires_grad], lr=0.01)
-    for _ in range(3):
-        optimizer.zero_grad()
-        expected_loss = torch_loss(ids)
-        expected_loss.backward()
-        optimizer.step()
-        loss = float(step(to_ms(ids)).asnumpy())
-        tolerance = 1e-3 if dtype == torch.bfloat16 else 1e-5
-        assert abs(loss - float(expected_loss)) <= tolerance * abs(float(expected_loss)), (loss, float(expected_loss))
+    models = [torch_loss, in_float32] if dtype == torch.bfloat16 else [torch_loss]
+    optimizers = [torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.01) for m in models]
+    for step_number in range(3):
+        expected = []
+        for model, optimizer in zip(models, optimizers):
+            optimizer.zero_grad()
+            expected.append(model(ids))
+            expected[-1].backward()
+            optimizer.step()
+        loss, torch_value = float(step(to_ms(ids)).asnumpy()), float(expected[0])
+        if dtype == torch.float32:
+            assert abs(loss - torch_value) <= 1e-5 * abs(torch_value), (loss, torch_value)
+            continue
+        # bfloat16: the first loss is the forward's, the same as torch's; after it the two trainings part by the
+        # gradients' roundings above (a loss 0.16% apart after two steps on one CPU), each as far from the float32
+        # training's losses as the other
+        float32_value = float(expected[1])
+        assert abs(loss - float32_value) <= 1.1 * abs(torch_value - float32_value) + 1e-3 * abs(float32_value), \
+            (loss, torch_value, float32_value)
+        if step_number == 0:
+            assert abs(loss - torch_value) <= 1e-3 * abs(torch_value), (loss, torch_value)
 
 
 def test_a_port_that_fails_raises_its_own_error_and_stops_the_reading(folders):

@@ -197,9 +197,9 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     the program itself: no cache output, no Assign). One cell takes the prompt (prefill) and each new token
     (decode), with a dynamic sequence length, attending to the positions written so far: per node and `fuse=True`
     compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (the positions
-    attended a dynamic size) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True here: a generation port
-    does not train), as from_torch's: the model's weights become views of the cell's, held once; False copies
-    them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call (one program,
+    attended a dynamic size) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default
+    True here: a generation port does not train), as from_torch's: the model's weights become views of the
+    cell's, held once; False copies them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call (one program,
     its cache writes in place): greedy generation then pays MindSpore's cost of a call once per block, where a small
     model's step is cheaper than that cost (sampling and repetition penalties still decode a token a call; the
     export takes `tokens_per_call` times longer). Raises PortError naming what cannot be ported."""
@@ -263,7 +263,8 @@ def _port_block(wrapper: StaticCacheLM, step_cell, tokens: int, batch_size: int,
     # a prompt token, and the token the block starts from
     example = {"input_ids": torch.zeros(batch_size, 1, dtype=torch.long),
                "attention_mask": torch.ones(batch_size, 2, dtype=torch.long),
-               "position_ids": torch.ones(batch_size, 1, dtype=torch.long), "cache_position": torch.ones(1, dtype=torch.long)}
+               "position_ids": torch.ones(batch_size, 1, dtype=torch.long),
+               "cache_position": torch.ones(1, dtype=torch.long)}
     # the block's last step attends to `tokens` - 1 positions more than its mask covers
     attended = torch.export.Dim("attended", min=2, max=max_length - tokens + 1)
     dynamic = {"input_ids": None, "attention_mask": {1: attended}, "position_ids": None, "cache_position": None}

@@ -6,7 +6,8 @@ What is read (docs/porting.md#quantized-checkpoints), per linear layer the confi
 - `pack-quantized` int4 weight-only, symmetric, per group of 32, 64 or 128: `weight_packed` (int32, eight 4-bit
   values a word, each stored +8: the format's packing), `weight_scale` (a scale a group), `weight_shape`. Repacked
   for ATen's CPU int4 kernel (torchao's Int4OpaqueTensor: `_convert_weight_to_int4pack_for_cpu`, the scales beside
-  zero offsets of 0): the same 4-bit values and scales, so (q - 8) * scale is the stored weight.
+  zero offsets of 0): the same 4-bit values and scales, so (q - 8) * scale is the stored weight. The repacking is
+  the checkpoint reader's, after its plain reads (beside the port in from_pretrained).
 - `int-quantized` int8, symmetric, one scale a row (channel): `weight` (int8), `weight_scale`; with dynamic int8
   activations a token (W8A8) or without (weight-only): torchao's Int8Tensor, the int8 matrix read from the file
   straight into its Parameter, the scales as float32 (exact: torchao keeps its scales so).
@@ -16,7 +17,7 @@ a PortError naming the group, its format and arguments, and what is supported.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -85,21 +86,22 @@ class CompressedTensors:
     def install(self, model: torch.nn.Module, key: str, stored: StoredTensor | None,
                 new_weight: NewWeight) -> Installed | None:
         """Gives the model's weight `key` its quantized tensor over new Parameters; returns what is still to be
-        read into them (the int8 matrices; int4 weights are repacked here); None for a layer left unquantized."""
+        read into them (the int8 matrices; an int4 layer's repacking); None for a layer left unquantized."""
         if key not in self.kinds:
             return None
-        installed = self._install(model, key, new_weight)
-        return Installed(installed, self._used(key))
-
-    def _install(self, model: torch.nn.Module, key: str, new_weight: NewWeight) -> list:
         module = model.get_submodule(key.rpartition(".")[0])
         shape = (module.out_features, module.in_features)
         dtype = module.weight.dtype
         path = key.rpartition(".")[0]
-        kind = self.kinds[key]
-        if kind == "int4":
-            set_weight(model, key, self._int4(path, shape, dtype, self.group_sizes[key], new_weight))
-            return []
+        if self.kinds[key] == "int4":
+            weight, repack = self._int4(path, shape, dtype, self.group_sizes[key], new_weight)
+            set_weight(model, key, weight)
+            return Installed([], self._used(key), (repack,))
+        return Installed(self._int8(model, key, path, shape, dtype, new_weight), self._used(key))
+
+    def _int8(self, model: torch.nn.Module, key: str, path: str, shape: tuple[int, int], dtype: torch.dtype,
+              new_weight: NewWeight) -> list:
+        """The int8 layer's Int8Tensor over new Parameters (its scales read now); returns its int8 matrix's read."""
         from torchao.quantization import Int8Tensor
         from torchao.quantization.granularity import PerRow
         from torchao.quantization.quant_primitives import MappingType
@@ -114,13 +116,15 @@ class CompressedTensors:
             scale_view.copy_(scale)
             zero_point.zero_()
         activations = QuantizeTensorToInt8Kwargs(granularity=PerRow(), mapping_type=MappingType.SYMMETRIC) \
-            if kind == "w8a8" else None
+            if self.kinds[key] == "w8a8" else None
         set_weight(model, key, Int8Tensor(qdata, scale_view, block_size=[1, shape[1]], dtype=dtype,
                                           zero_point=zero_point, act_quant_kwargs=activations))
         return [(stored, qdata.detach())]
 
     def _int4(self, path: str, shape: tuple[int, int], dtype: torch.dtype, group_size: int,
-              new_weight: NewWeight) -> torch.Tensor:
+              new_weight: NewWeight) -> tuple[torch.Tensor, Callable[[], None]]:
+        """The int4 layer's Int4OpaqueTensor over new Parameters (its scales read now), and the repacking of its
+        stored words into them (for the reader)."""
         from torchao.prototype.quantization.int4 import Int4OpaqueTensor
         from torchao.quantization.utils import pack_tinygemm_scales_and_zeros
 
@@ -135,12 +139,24 @@ class CompressedTensors:
         if rows % 16:
             raise PortError(f"load_pretrained: '{path}' of {self.folder}: ATen's CPU int4 kernel needs a multiple of "
                             f"16 output features, the layer has {rows}")
+        stored = self._stored(path, "weight_packed", torch.int32, (rows, columns // 8))
         qdata = new_weight(f"{path}.weight_packed", (rows, columns // 2), torch.uint8)
+        scale = self._small(path, "weight_scale", (rows, columns // group_size)).to(dtype)
+        scale_and_zero = pack_tinygemm_scales_and_zeros(scale, torch.zeros_like(scale), dtype)
+        scales = new_weight(f"{path}.weight_scale", tuple(scale_and_zero.shape), scale_and_zero.dtype)
+        with torch.no_grad():
+            scales.copy_(scale_and_zero)
+        weight = Int4OpaqueTensor(qdata, scales, block_size=[1, group_size], shape=torch.Size(shape))
+        return weight, lambda: self._repack_int4(stored, qdata.detach())
+
+    def _repack_int4(self, stored: StoredTensor, qdata: torch.Tensor) -> None:
+        """Reads the stored int4 words into `qdata` in the layout of ATen's CPU int4 kernel."""
+        rows, columns = qdata.shape[0], qdata.shape[1] * 2
         # Repacked a block of rows at a time (ATen packs blocks of 64 rows independently): the int32 values it takes
         # are 8 times the packed bytes. Freed temporaries stay in glibc's heap (whole matrices repacked: a 1.1B held
         # 1 GB more private memory than its 0.76 GB checkpoint): its free pages are handed back after each matrix.
         packed = torch.empty(rows, columns // 8, dtype=torch.int32)
-        self.checkpoint.read_into(self._stored(path, "weight_packed", torch.int32, tuple(packed.shape)), packed)
+        self.checkpoint.read_into(stored, packed)
         # eight 4-bit values a little-endian word, element i at bits 4i: byte j holds elements 2j (low) and 2j+1
         nibbles = packed.view(torch.uint8)
         with torch.no_grad():
@@ -151,12 +167,6 @@ class CompressedTensors:
                     values.to(torch.int32), 1)
         del packed, nibbles, block, values
         release_free_memory()
-        scale = self._small(path, "weight_scale", (rows, columns // group_size)).to(dtype)
-        scale_and_zero = pack_tinygemm_scales_and_zeros(scale, torch.zeros_like(scale), dtype)
-        scales = new_weight(f"{path}.weight_scale", tuple(scale_and_zero.shape), scale_and_zero.dtype)
-        with torch.no_grad():
-            scales.copy_(scale_and_zero)
-        return Int4OpaqueTensor(qdata, scales, block_size=[1, group_size], shape=torch.Size(shape))
 
     def _used(self, key: str) -> list[str]:
         """The checkpoint's tensor names the layer of `key` is read from."""

@@ -9,9 +9,9 @@ the model is built on the meta device (no memory), each weight becomes a MindSpo
 and the torch module is given views of those Parameters; the safetensors files are then read into them
 (checkpoint.py: past the page cache where it can, nothing mapped). A port of that module with share_weights=True
 takes the Parameters as they are (convert.owning_parameter), so the weights exist once, in the memory the cell
-uses, and the torch module keeps computing on it. from_pretrained reads the files while the module is exported and fused:
-those steps see the weights' shapes and dtypes only (torch.export traces with fake tensors), and the reading is
-finished before the port is returned.
+uses, and the torch module keeps computing on it. from_pretrained reads the files (and repacks int4 weights) while
+the module is exported and fused: those steps see the weights' shapes and dtypes only (torch.export traces with fake
+tensors), and the reading is finished before the port is returned.
 
 Non-persistent buffers (rotary frequencies, embedding scales) are not in a checkpoint: they are made as
 transformers' own loading makes them, by the model's `_init_weights`, and one it leaves unset is an error rather
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import mindspore as ms
 import torch
@@ -159,6 +159,7 @@ class _Loading:
         self.cancelled = False  # set from another thread: the reading stops before its next tensor
         self.quantized = self._quantized_weights(config, quantization)
         _make_non_persistent_buffers(model)
+        self.after_reads: list[Callable[[], None]] = []  # weights made from stored tensors of another layout
         self.targets = self._install_parameters()
 
     def _install_parameters(self) -> list[tuple[StoredTensor, torch.Tensor]]:
@@ -182,6 +183,7 @@ class _Loading:
             if installed is not None:
                 targets.extend(installed.reads)
                 used.update(installed.names)
+                self.after_reads.extend(installed.then)
                 continue
             if stored is None:
                 missing.append(" = ".join(keys))
@@ -240,6 +242,10 @@ class _Loading:
         # Pages kept in the cache would compete with the weights' own memory when both do not fit
         drop_cache = 2 * self.checkpoint.nbytes > _available_memory()
         self.checkpoint.read(self.targets, drop_cache=drop_cache, stopped=lambda: self.cancelled)
+        for make in self.after_reads:
+            if self.cancelled:
+                return
+            make()
 
     def start(self) -> "_Reading":
         reading = _Reading(self)

@@ -31,10 +31,12 @@ NewWeight = Callable[[str, tuple, torch.dtype], torch.Tensor]
 
 class Installed(NamedTuple):
     """A quantized weight given to the model: what is still to be read into its Parameters, and the checkpoint's
-    tensors it is made of."""
+    tensors it is made of; `then`, what makes its Parameters from stored tensors of another layout (int4
+    repacking), done by the reader after the plain reads (beside the port, as they are)."""
 
     reads: list[tuple[StoredTensor, torch.Tensor]]
     names: list[str]
+    then: tuple[Callable[[], None], ...] = ()
 
 
 class StoredTorchao:

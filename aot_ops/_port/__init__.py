@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .._core.heap import release_tracing_memory
 from . import plan_cache
 from .cells import stage as cell_stage
 from .cells.cell import PortedCell
@@ -166,6 +167,7 @@ def port(model: torch.nn.Module, args: Sequence[torch.Tensor] | torch.Tensor = (
                                            compile_inputs=compile_inputs)
         if kept_as:
             plan_cache.write(kept_as, plan)
+        release_tracing_memory()
     if not fuse and jit and plan.half_gradients_fanned_out:
         # MindSpore's autodiff of a PyNative ms.jit call sums a bfloat16 value's gradients itself (AddN, no
         # bfloat16 CPU kernel), which the per-node graph avoids (fan_out.py): such a cell runs operator by operator.

@@ -30,6 +30,8 @@ def fused(plan: Plan, model: torch.nn.Module, trainable: set[str], input_grads: 
     for mode, use in plan.uses.items():
         if use.fused is None:
             use.fused = fuse(use.program, use.graph, trainable, _label(model, mode), input_grads, backward=False)
+        if not compile_programs:  # the torch modules the programs were made from: for compiling them only
+            use.fused.sources.clear()
     if compile_inputs is not None:
         for use in plan.uses.values():
             use.fused.compile_sizes = _size_values(use.program, compile_inputs)

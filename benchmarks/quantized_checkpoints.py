@@ -12,10 +12,12 @@ the output layer bfloat16). llama-1b is TinyLlama's shape (1.1B parameters), qwe
 hidden 5120; ~16 GB as int8). Each measurement runs in a fresh process:
 - `aot_ops.from_pretrained(folder, max_length=64)` (fuse=True), twice: the model's first port (AOT_OPS_PORT_CACHE=0:
   exported and fused), and a port whose plan an earlier port kept (aot_ops/_port/plan_cache.py; one run to keep
-  it first). Each: its wall time, the resident peak above the process before it and the private (anonymous) memory
-  after it, as multiples of the packed checkpoint (the safetensors data: what the folder stores). Nothing is mapped: the files are read into
-  the Parameters (int4 weights repacked for ATen's CPU kernel one matrix at a time).
-- 8 greedy tokens after a 12-token prompt with aot_ops.generate (the peak again after them). Then, in a process of
+  it first). Each: its wall time; the private (anonymous) memory's peak above the process before it, sampled
+  every 5 ms (_memory.PrivatePeak), and after it; the resident peak (VmHWM: with the pages of the libraries the
+  port first calls), as multiples of the packed checkpoint (the safetensors data: what the folder stores). Nothing
+  is mapped: the files are read into the Parameters (int4 weights repacked for ATen's CPU kernel one matrix at a
+  time, by the reader beside the port).
+- 8 greedy tokens after a 12-token prompt with aot_ops.generate (both peaks again, with them). Then, in a process of
   its own, torch decodes the same tokens from aot_ops.load_pretrained(folder) (the torch model over the same packed
   weights, as torchao's tensor subclasses) with transformers' generate, its int8 layers computing with ATen's int8
   kernel as the port's do (aot_ops.testing.same_kernels_as_port).
@@ -29,7 +31,7 @@ import os
 import sys
 import time
 
-from _memory import anonymous_bytes, child_result, reset_peak, status_bytes
+from _memory import PrivatePeak, anonymous_bytes, child_result, reset_peak, status_bytes
 
 SHAPES = {  # name -> (config class, config)
     "llama-1b": ("LlamaConfig", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
@@ -96,12 +98,15 @@ def measure_port(folder: str) -> dict:
     reset_peak()
     rss, anonymous = status_bytes("VmRSS"), anonymous_bytes()
     start = time.perf_counter()
-    lm = aot_ops.from_pretrained(folder, max_length=64)
+    with PrivatePeak() as private:
+        lm = aot_ops.from_pretrained(folder, max_length=64)
     seconds = time.perf_counter() - start
-    row = {"packed_GB": packed / 1e9, "from_pretrained_s": seconds,
+    row = {"packed_GB": packed / 1e9, "from_pretrained_s": seconds, "private_peak": (private.peak - anonymous) / packed,
            "peak": (status_bytes("VmHWM") - rss) / packed, "private_after": (anonymous_bytes() - anonymous) / packed,
            "parameters_GB": sum(p.nbytes for p in lm.cell.get_parameters() if "_cache_" not in p.name) / 1e9}
-    row["tokens"] = to_torch(aot_ops.generate(lm, to_ms(prompt()), max_new_tokens=8))[0, 12:].tolist()
+    with PrivatePeak() as decoding:
+        row["tokens"] = to_torch(aot_ops.generate(lm, to_ms(prompt()), max_new_tokens=8))[0, 12:].tolist()
+    row["private_peak_with_decoding"] = (max(private.peak, decoding.peak) - anonymous) / packed
     row["peak_with_decoding"] = (status_bytes("VmHWM") - rss) / packed
     return row
 
@@ -161,9 +166,10 @@ def main(argv=None) -> int:
 def _print_row(name: str, label: str, row: dict, torch_tokens: list[int]) -> None:
     same = row["tokens"] == torch_tokens
     print(f"{name} ({label}): packed checkpoint {row['packed_GB']:.2f} GB (the cell's Parameters "
-          f"{row['parameters_GB']:.2f} GB), from_pretrained {row['from_pretrained_s']:.1f} s, peak "
-          f"{row['peak']:.3f}x, private after {row['private_after']:.3f}x, peak with 8 tokens decoded "
-          f"{row['peak_with_decoding']:.3f}x; 8 tokens {'equal' if same else 'DIFFER'}"
+          f"{row['parameters_GB']:.2f} GB), from_pretrained {row['from_pretrained_s']:.1f} s, private peak "
+          f"{row['private_peak']:.3f}x (resident {row['peak']:.3f}x), private after {row['private_after']:.3f}x, "
+          f"with 8 tokens decoded private peak {row['private_peak_with_decoding']:.3f}x (resident "
+          f"{row['peak_with_decoding']:.3f}x); 8 tokens {'equal' if same else 'DIFFER'}"
           f" torch's ({row['tokens']} / {torch_tokens})", flush=True)
 
 
@@ -174,9 +180,9 @@ def plot(path: str, rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4))
-    bars = [("first port: peak", "first", "peak"), ("first port: private after", "first", "private_after"),
-            ("plan kept: peak", "kept", "peak"), ("plan kept: peak with 8 tokens decoded", "kept",
-                                                   "peak_with_decoding")]
+    bars = [("first port: private peak", "first", "private_peak"), ("first port: resident peak", "first", "peak"),
+            ("plan kept: private peak", "kept", "private_peak"),
+            ("plan kept: private peak with 8 tokens decoded", "kept", "private_peak_with_decoding")]
     width = 0.8 / len(bars)
     for k, (label, run, figure_name) in enumerate(bars):
         axes.bar([i + (k - 1.5) * width for i in range(len(rows))], [r[run][figure_name] for r in rows],

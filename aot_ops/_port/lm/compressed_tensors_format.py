@@ -89,10 +89,10 @@ class CompressedTensors:
         read into them (the int8 matrices; an int4 layer's repacking); None for a layer left unquantized."""
         if key not in self.kinds:
             return None
-        module = model.get_submodule(key.rpartition(".")[0])
+        path = key.rpartition(".")[0]
+        module = model.get_submodule(path)
         shape = (module.out_features, module.in_features)
         dtype = module.weight.dtype
-        path = key.rpartition(".")[0]
         if self.kinds[key] == "int4":
             weight, repack = self._int4(path, shape, dtype, self.group_sizes[key], new_weight)
             set_weight(model, key, weight)

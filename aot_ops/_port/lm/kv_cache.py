@@ -197,12 +197,12 @@ def from_torch_lm(model: torch.nn.Module, *, batch_size: int = 1, max_length: in
     the program itself: no cache output, no Assign). One cell takes the prompt (prefill) and each new token
     (decode), with a dynamic sequence length, attending to the positions written so far: per node and `fuse=True`
     compile one graph for both. `fuse="compile"` compiles the one-token step with AOTInductor (the positions
-    attended a dynamic size) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default
-    True here: a generation port does not train), as from_torch's: the model's weights become views of the
-    cell's, held once; False copies them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call (one program,
-    its cache writes in place): greedy generation then pays MindSpore's cost of a call once per block, where a small
-    model's step is cheaper than that cost (sampling and repetition penalties still decode a token a call; the
-    export takes `tokens_per_call` times longer). Raises PortError naming what cannot be ported."""
+    attended a dynamic size) and runs the prompt interpreted. `jit`, as from_torch's. `share_weights` (default True
+    here: a generation port does not train), as from_torch's: the model's weights become views of the cell's, held
+    once; False copies them. `tokens_per_call` > 1 also ports a block of that many greedy decoding steps as one call
+    (one program, its cache writes in place): greedy generation then pays MindSpore's cost of a call once per block,
+    where a small model's step is cheaper than that cost (sampling and repetition penalties still decode a token a
+    call; the export takes `tokens_per_call` times longer). Raises PortError naming what cannot be ported."""
     return port_lm(model, batch_size=batch_size, max_length=max_length, fuse=fuse, jit=jit,
                    share_weights=share_weights, tokens_per_call=tokens_per_call)
 
